@@ -1,0 +1,66 @@
+// File: rkit/printer.hpp
+//
+// One record, three renderings. A tool declares its columns once; the Printer
+// writes each record as an aligned table row (humans), a JSON line (machines) or a
+// CSV row (spreadsheets). JSON Lines carry the whole record; table and CSV show the
+// declared columns.
+//
+//   rkit::Printer out(std::cout, opts.format(), {
+//       {"RANK", "rank"},
+//       {"CPUS", "cpuset"},
+//       {"MEM", "memory_bytes", [](const rkit::Json& v) { return rkit::format_bytes(v); }},
+//   });
+//   for (const auto& rec : records) out.print(rec);
+//   out.finish();   // the table is aligned and written here (unless streaming)
+//
+// Table cells use the column's `human` formatter when given; CSV cells always hold
+// the raw value (numbers stay numbers). Arrays render as comma-separated values,
+// null as "-" in tables and empty in CSV.
+#pragma once
+
+#include <functional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "rkit/jsonl.hpp"
+
+namespace rkit {
+
+enum class Format { Table, Json, Csv };
+
+struct Column {
+  std::string header;  // "RANK"
+  std::string key;     // a top-level key, or a JSON pointer ("/gpus/0/name")
+  std::function<std::string(const Json&)> human = nullptr;
+};
+
+class Printer {
+ public:
+  // `streaming`: write table rows as they come, with widths fixed by the first row
+  // (for live samples); otherwise rows are buffered until finish() to align them.
+  Printer(std::ostream& out, Format format, std::vector<Column> columns, bool streaming = false);
+  ~Printer();
+  void print(const Json& record);
+  void finish();
+
+  // A value rendered as a cell: strings as-is, numbers in shortest form, arrays
+  // comma-joined, null as `null_text`.
+  static std::string cell(const Json& value, const std::string& null_text);
+  // CSV quoting (RFC 4180).
+  static std::string csv_quote(const std::string& field);
+
+ private:
+  const Json& lookup(const Json& record, const Column& col) const;
+  void write_table_row(const std::vector<std::string>& row);
+  std::ostream& out_;
+  Format format_;
+  std::vector<Column> columns_;
+  bool streaming_;
+  bool header_done_ = false;
+  bool finished_ = false;
+  std::vector<std::size_t> widths_;
+  std::vector<std::vector<std::string>> rows_;
+};
+
+}  // namespace rkit

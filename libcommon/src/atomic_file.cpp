@@ -1,0 +1,130 @@
+#include "rkit/atomic_file.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <iterator>
+#include <sstream>
+#include <vector>
+
+#include "rkit/error.hpp"
+
+namespace rkit {
+namespace {
+
+std::string dir_of(const std::string& path) {
+  auto slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+std::string base_of(const std::string& path) {
+  auto slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+void fsync_dir(const std::string& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) throw system_error("open directory " + dir, errno);
+  int rc = ::fsync(fd);
+  int err = errno;
+  ::close(fd);
+  // Some filesystems refuse fsync on directories; the rename is still ordered.
+  if (rc != 0 && err != EINVAL && err != EROFS) throw system_error("fsync " + dir, err);
+}
+
+}  // namespace
+
+AtomicFile::AtomicFile(std::string path, mode_t mode) : path_(std::move(path)) {
+  if (path_.empty() || path_.back() == '/') throw Error(Exit::Usage, "invalid output path '" + path_ + "'");
+  std::string tmpl = dir_of(path_) + "/." + base_of(path_) + ".tmp.XXXXXX";
+  std::vector<char> buf(tmpl.begin(), tmpl.end());
+  buf.push_back('\0');
+  fd_ = ::mkostemp(buf.data(), O_CLOEXEC);
+  if (fd_ < 0) throw system_error("create temporary file in " + dir_of(path_), errno);
+  temp_.assign(buf.data());
+  mode_t mask = ::umask(0);
+  ::umask(mask);
+  if (::fchmod(fd_, mode & ~mask) != 0) {
+    int err = errno;
+    ::close(fd_);
+    ::unlink(temp_.c_str());
+    fd_ = -1;
+    throw system_error("chmod " + temp_, err);
+  }
+}
+
+AtomicFile::~AtomicFile() {
+  if (fd_ >= 0) ::close(fd_);
+  if (!committed_ && !temp_.empty()) ::unlink(temp_.c_str());
+}
+
+void AtomicFile::write(std::string_view data) {
+  if (fd_ < 0) throw Error(Exit::Software, "write to closed atomic file " + path_);
+  while (!data.empty()) {
+    ssize_t n = ::write(fd_, data.data(), data.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw system_error("write " + path_, errno);
+    }
+    data.remove_prefix(static_cast<std::size_t>(n));
+  }
+}
+
+void AtomicFile::commit() {
+  if (fd_ < 0 || committed_) throw Error(Exit::Software, "atomic file " + path_ + " committed twice");
+  if (::fsync(fd_) != 0) throw system_error("fsync " + path_, errno);
+  if (::close(fd_) != 0) {
+    fd_ = -1;
+    throw system_error("close " + path_, errno);
+  }
+  fd_ = -1;
+  if (::rename(temp_.c_str(), path_.c_str()) != 0) throw system_error("rename to " + path_, errno);
+  committed_ = true;
+  fsync_dir(dir_of(path_));
+}
+
+void atomic_write_file(const std::string& path, std::string_view data, mode_t mode) {
+  AtomicFile f(path, mode);
+  f.write(data);
+  f.commit();
+}
+
+std::string read_file(const std::string& path) {
+  if (path == "-") {
+    std::ostringstream ss;
+    ss << std::cin.rdbuf();
+    if (std::cin.bad()) throw Error(Exit::IoErr, "read stdin: I/O error");
+    return ss.str();
+  }
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw system_error(path, errno);
+  struct stat st {};
+  if (::fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+    ::close(fd);
+    throw Error(Exit::NoInput, path + ": is a directory");
+  }
+  std::string out;
+  char buf[1 << 16];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      int err = errno;
+      ::close(fd);
+      throw system_error("read " + path, err);
+    }
+    if (n == 0) break;
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  return out;
+}
+
+}  // namespace rkit

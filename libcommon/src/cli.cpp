@@ -1,0 +1,73 @@
+#include "rkit/cli.hpp"
+
+#include <fmt/format.h>
+
+#include <iostream>
+
+#include "rkit/completion.hpp"
+#include "rkit/error.hpp"
+#include "rkit/version.hpp"
+
+namespace rkit {
+
+Tool::Tool(std::string name, std::string description)
+    : name_(std::move(name)), app_(std::move(description), name_) {
+  app_.set_version_flag("--version", version_line(), "Print the tool, version and git revision");
+  app_.add_flag("--json", opts_.json, "Print JSON Lines (one record per line) instead of a table");
+  app_.add_flag("--csv", opts_.csv, "Print CSV instead of a table")->excludes("--json");
+  app_.add_flag("-v,--verbose", opts_.verbose, "Explain more (errors gain a detail line)");
+  app_.add_flag("-q,--quiet", opts_.quiet, "Print nothing but results and errors");
+  app_.add_option("--config", opts_.config, "Configuration file (TOML); see rkit(7)")
+      ->type_name("FILE");
+  app_.add_option("--print-completion", completion_shell_, "Print a shell completion script")
+      ->group("");  // hidden: used by `make completions`
+  app_.fallthrough();
+}
+
+CLI::App* Tool::add_subcommand(const std::string& name, const std::string& description) {
+  CLI::App* sub = app_.add_subcommand(name, description);
+  sub->fallthrough();
+  return sub;
+}
+
+std::string Tool::version_line() const {
+  return fmt::format("{} {} (git {})", name_, kVersion, kGitRevision);
+}
+
+const Config& Tool::config() {
+  if (!config_) config_ = load_config(opts_.config);
+  return *config_;
+}
+
+void usage_error(const std::string& message) { throw Error(Exit::Usage, message); }
+
+int Tool::run(int argc, char** argv, const std::function<int()>& body) {
+  try {
+    app_.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app_.exit(e, std::cout, std::cerr);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app_.exit(e, std::cout, std::cerr);
+  } catch (const CLI::CallForVersion& e) {
+    std::cout << e.what() << '\n';
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    std::string msg = e.what();
+    for (char& c : msg)
+      if (c == '\n') c = ' ';
+    std::cerr << fmt::format("{}: error: {} (hint: see '{} --help')\n", name_, msg, name_);
+    return static_cast<int>(Exit::Usage);
+  }
+  try {
+    if (!completion_shell_.empty()) {
+      std::cout << completion_script(app_, completion_shell_);
+      return 0;
+    }
+    if (opts_.json && opts_.csv) usage_error("--json and --csv exclude each other");
+    return body();
+  } catch (const std::exception& e) {
+    return report_error(name_, e, std::cerr, opts_.verbose);
+  }
+}
+
+}  // namespace rkit

@@ -1,0 +1,82 @@
+#include "rkit/config.hpp"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "rkit/atomic_file.hpp"
+
+namespace rkit {
+namespace {
+
+std::string env_or(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return (v && *v) ? std::string(v) : fallback;
+}
+
+std::string home() { return env_or("HOME", "/"); }
+
+bool readable(const std::string& path) { return ::access(path.c_str(), R_OK) == 0; }
+
+template <typename T>
+std::optional<T> typed(const Config& cfg, std::string_view key, std::string_view type_name) {
+  toml::node_view<const toml::node> node = cfg.table.at_path(key);
+  if (!node) return std::nullopt;
+  if (auto v = node.value<T>()) return v;
+  const auto& src = node.node()->source();
+  throw Error(Exit::Config, fmt::format("{}:{}:{}: '{}' must be a {}", cfg.path, src.begin.line,
+                                        src.begin.column, key, type_name));
+}
+
+}  // namespace
+
+std::optional<std::string> Config::get_string(std::string_view key) const {
+  return typed<std::string>(*this, key, "string");
+}
+std::optional<double> Config::get_number(std::string_view key) const {
+  return typed<double>(*this, key, "number");
+}
+std::optional<bool> Config::get_bool(std::string_view key) const {
+  return typed<bool>(*this, key, "boolean");
+}
+
+std::optional<std::string> find_config(const std::string& explicit_path) {
+  if (!explicit_path.empty()) return explicit_path;
+  if (const char* env = std::getenv("RKIT_CONFIG"); env && *env) return std::string(env);
+  std::string xdg = env_or("XDG_CONFIG_HOME", home() + "/.config") + "/rkit/config.toml";
+  if (readable(xdg)) return xdg;
+  if (readable("/etc/rkit/config.toml")) return std::string("/etc/rkit/config.toml");
+  return std::nullopt;
+}
+
+toml::table parse_toml(std::string_view text, std::string_view source, Exit on_error) {
+  try {
+    return toml::parse(text, source);
+  } catch (const toml::parse_error& e) {
+    const auto& where = e.source().begin;
+    throw Error(on_error, fmt::format("{}:{}:{}: {}", source, where.line, where.column, e.description()));
+  }
+}
+
+Config load_config(const std::string& explicit_path) {
+  Config cfg;
+  auto path = find_config(explicit_path);
+  if (!path) return cfg;
+  std::string text;
+  try {
+    text = read_file(*path);
+  } catch (const Error& e) {
+    throw Error(e.code(), std::string("config ") + e.what());
+  }
+  cfg.path = *path;
+  cfg.table = parse_toml(text, *path, Exit::Config);
+  return cfg;
+}
+
+std::string state_dir() {
+  if (const char* d = std::getenv("RKIT_STATE_DIR"); d && *d) return d;
+  return env_or("XDG_STATE_HOME", home() + "/.local/state") + "/rkit";
+}
+
+}  // namespace rkit

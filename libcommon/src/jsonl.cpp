@@ -1,0 +1,80 @@
+#include "rkit/jsonl.hpp"
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <charconv>
+#include <iostream>
+
+#include "rkit/error.hpp"
+
+namespace rkit {
+
+JsonLinesReader::JsonLinesReader(const std::string& path) : name_(path == "-" ? "<stdin>" : path) {
+  if (path == "-") {
+    in_ = &std::cin;
+    return;
+  }
+  file_ = std::make_unique<std::ifstream>(path);
+  if (!*file_) throw system_error(path, errno);
+  in_ = file_.get();
+}
+
+bool JsonLinesReader::next(Json& out) {
+  std::string line;
+  while (std::getline(*in_, line)) {
+    ++line_;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    try {
+      out = Json::parse(line);
+    } catch (const Json::parse_error& e) {
+      throw Error(Exit::DataErr, fmt::format("{}: invalid JSON: {}", where(), e.what()));
+    }
+    return true;
+  }
+  if (in_->bad()) throw Error(Exit::IoErr, fmt::format("{}: read error", name_));
+  return false;
+}
+
+std::string JsonLinesReader::where() const { return fmt::format("{}:{}", name_, line_); }
+
+Json parse_json(std::string_view text, std::string_view source) {
+  try {
+    return Json::parse(text);
+  } catch (const Json::parse_error& e) {
+    // nlohmann's message is "[json.exception.parse_error.101] parse error at line 1, ...";
+    // keep the part after the bracketed id.
+    std::string_view msg = e.what();
+    if (auto pos = msg.find("] "); pos != std::string_view::npos) msg.remove_prefix(pos + 2);
+    throw Error(Exit::DataErr, fmt::format("{}: invalid JSON: {}", source, msg));
+  }
+}
+
+int check_schema(const Json& record, std::string_view family, int max_major,
+                 std::string_view where) {
+  if (!record.is_object())
+    throw Error(Exit::DataErr, fmt::format("{}: expected a JSON object with \"schema\"", where));
+  auto it = record.find("schema");
+  if (it == record.end() || !it->is_string())
+    throw Error(Exit::DataErr, fmt::format("{}: record has no \"schema\" string", where));
+  const std::string& schema = it->get_ref<const std::string&>();
+  std::string prefix = std::string(family) + ".v";
+  int major = 0;
+  const char* begin = schema.data() + prefix.size();
+  const char* end = schema.data() + schema.size();
+  if (schema.rfind(prefix, 0) != 0 || std::from_chars(begin, end, major).ptr != end || major < 1)
+    throw Error(Exit::DataErr,
+                fmt::format("{}: schema '{}' is not {}.v<N>", where, schema, family));
+  if (major > max_major)
+    throw Error(Exit::DataErr,
+                fmt::format("{}: unsupported schema version '{}' (this build reads up to {}.v{})",
+                            where, schema, family, max_major),
+                "upgrade rkit");
+  return major;
+}
+
+std::string to_json_line(const Json& record) {
+  return record.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+}  // namespace rkit

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages that rkit's build, tests, benchmarks and demo need.
+# Idempotent: when everything is present it prints nothing and exits 0.
+# Usage: packaging/install-deps.sh [--check]   (--check: list what is missing, exit 1 if any)
+set -euo pipefail
+
+# One list, grouped by purpose; DESIGN.md explains each choice.
+build=(
+  cmake make g++ pkg-config git
+  libcli11-dev libfmt-dev libtomlplusplus-dev nlohmann-json3-dev
+  libhwloc-dev
+)
+tests=(
+  libgtest-dev googletest
+  bats bats-assert bats-support bats-file
+  jq hwloc
+)
+bench=(hyperfine)
+
+wanted=("${build[@]}" "${tests[@]}" "${bench[@]}")
+
+missing=()
+for pkg in "${wanted[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)
+  [[ "$status" == "install ok installed" ]] || missing+=("$pkg")
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+  exit 0
+fi
+if [[ "${1:-}" == "--check" ]]; then
+  printf 'missing: %s\n' "${missing[*]}"
+  exit 1
+fi
+if [[ $(id -u) -ne 0 ]]; then
+  echo "install-deps: error: missing Debian packages: ${missing[*]}" >&2
+  echo "install-deps: hint: run 'sudo make deps' (or: sudo apt-get install ${missing[*]})" >&2
+  exit 77
+fi
+
+echo "install-deps: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,79 @@
+// rtop: topology probe, link matrix, rank placement and live samples.
+#include <iostream>
+
+#include "placement.hpp"
+#include "render.hpp"
+#include "rkit/cli.hpp"
+#include "rkit/units.hpp"
+#include "sample.hpp"
+#include "topology.hpp"
+
+int main(int argc, char** argv) {
+  using namespace rkit;
+  using namespace rkit::rtop;
+  Tool tool("rtop", "Probe the machine's topology: CPUs, NUMA, caches, GPUs, NICs, links; place ranks; sample usage");
+  CLI::App& app = tool.app();
+  ProbeOptions probe_opt;
+  app.add_option("--input", probe_opt.xml_path, "Read an hwloc XML topology (e.g. from lstopo --of xml) instead of this machine")
+      ->type_name("FILE");
+  app.add_option("--synthetic", probe_opt.synthetic, "Use a synthetic hwloc topology, e.g. \"pack:2 numa:2 core:8 pu:2\"")
+      ->type_name("DESC")
+      ->excludes("--input");
+  app.add_option("--gpus", probe_opt.gpu_fixture, "Add GPUs from a JSON fixture (rkit.gpu_fixture.v1), for planning and tests")
+      ->type_name("FILE");
+  app.add_flag("--no-nvml", [&](std::int64_t) { probe_opt.use_nvml = false; }, "Do not load NVML");
+
+  auto* matrix = tool.add_subcommand("matrix", "Print the GPU/NIC link matrix with CPU and NUMA affinity");
+
+  auto* place_cmd = tool.add_subcommand("place", "Print one rkit.placement.v1 record per rank");
+  PlaceRequest req;
+  int cpus_per_rank = 0;
+  std::string policy;
+  place_cmd->add_option("--ranks", req.ranks, "Number of ranks")->required()->type_name("N");
+  place_cmd->add_option("--cpus-per-rank", cpus_per_rank, "Cores per rank (default: an equal share of all cores)")
+      ->type_name("C");
+  place_cmd->add_option("--gpus-per-rank", req.gpus_per_rank, "GPUs per rank (default 0)")->type_name("G");
+  place_cmd->add_option("--policy", policy, "pack fills NUMA nodes in order; spread deals ranks over them (default pack)")
+      ->check(CLI::IsMember({"pack", "spread"}));
+
+  auto* sample_cmd = tool.add_subcommand("sample", "Print rkit.sample.v1 records: CPU, memory, load and GPU usage");
+  std::string interval = "1s";
+  std::int64_t count = 0;
+  sample_cmd->add_option("--interval", interval, "Time between samples (default 1s)")->type_name("DURATION");
+  sample_cmd->add_option("--count", count, "Number of samples (default: until interrupted)")->type_name("N");
+
+  return tool.run(argc, argv, [&]() -> int {
+    const CommonOptions& opts = tool.options();
+    if (*sample_cmd) {
+      if (!probe_opt.xml_path.empty() || !probe_opt.synthetic.empty())
+        usage_error("sample reads this machine: --input and --synthetic do not apply");
+      if (count < 0) usage_error("--count must not be negative");
+      double every = parse_duration(interval);
+      if (every <= 0) usage_error("--interval must be positive");
+      Sampler sampler;
+      Printer out(std::cout, opts.format(), sample_columns(), /*streaming=*/true);
+      for (std::int64_t i = 0; count == 0 || i < count; ++i) out.print(sampler.next(every));
+      return 0;
+    }
+
+    Topology topo = probe(probe_opt);
+    if (*place_cmd) {
+      if (place_cmd->count("--cpus-per-rank")) req.cpus_per_rank = cpus_per_rank;
+      std::string chosen = !policy.empty() ? policy : tool.config().get_string("rtop.policy").value_or("pack");
+      if (chosen != "pack" && chosen != "spread")
+        throw Error(Exit::Config, tool.config().path + ": rtop.policy must be \"pack\" or \"spread\"");
+      req.policy = chosen == "spread" ? Policy::Spread : Policy::Pack;
+      Printer out(std::cout, opts.format(), placement_columns());
+      for (const auto& p : place(topo, req)) out.print(p.to_json());
+      return 0;
+    }
+    if (*matrix) {
+      if (opts.format() == Format::Table) print_matrix(topo, std::cout);
+      else std::cout << to_json_line(matrix_json(topo)) << '\n';
+      return 0;
+    }
+    if (opts.format() == Format::Table) print_summary(topo, std::cout);
+    else std::cout << to_json_line(topo.to_json()) << '\n';
+    return 0;
+  });
+}

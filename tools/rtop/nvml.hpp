@@ -1,0 +1,53 @@
+// File: tools/rtop/nvml.hpp
+//
+// NVML, loaded with dlopen at run time so that rtop builds and runs where no NVIDIA
+// driver is installed. $RKIT_NVML_LIBRARY names another library to load (tests use
+// a fake NVML, libfake_nvml.so, since these machines have no GPU).
+//
+//   std::string why;
+//   if (auto nvml = rkit::rtop::Nvml::load(why)) { nvml->device_count(); ... }
+//   else { /* why: "libnvidia-ml.so.1: cannot open shared object file" */ }
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace rkit::rtop {
+
+struct NvmlDevice {
+  std::string name, uuid, pci_bus_id;  // bus id normalised: "0000:3b:00.0"
+  std::optional<std::uint64_t> memory_bytes;
+  std::map<std::string, int> nvlinks;  // peer PCI bus id → number of active links
+};
+
+struct NvmlUsage {
+  std::optional<double> util;  // 0..1
+  std::optional<std::uint64_t> memory_used_bytes, memory_total_bytes;
+  std::optional<double> power_w;
+};
+
+class Nvml {
+ public:
+  // nullptr when the library is absent or nvmlInit fails; `why` says which.
+  static std::unique_ptr<Nvml> load(std::string& why);
+  ~Nvml();
+  Nvml(const Nvml&) = delete;
+  Nvml& operator=(const Nvml&) = delete;
+
+  std::string driver_version() const;
+  int device_count() const;
+  NvmlDevice device(int index) const;
+  NvmlUsage usage(int index) const;
+
+  struct Api;  // function pointers resolved from the library
+
+ private:
+  Nvml() = default;
+  void* lib_ = nullptr;
+  std::unique_ptr<Api> api_;
+};
+
+}  // namespace rkit::rtop

@@ -1,0 +1,172 @@
+#include "placement.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "rkit/error.hpp"
+
+namespace rkit::rtop {
+namespace {
+
+// Lower is nearer, as nvidia-smi ranks link types.
+int link_rank(const std::string& link) {
+  if (link == "X") return 0;
+  if (link.rfind("NV", 0) == 0) return 1;
+  static const std::vector<std::string> kOrder = {"PIX", "PXB", "PHB", "NODE", "SYS"};
+  auto it = std::find(kOrder.begin(), kOrder.end(), link);
+  return it == kOrder.end() ? 9 : 2 + static_cast<int>(it - kOrder.begin());
+}
+
+}  // namespace
+
+Json RankPlacement::to_json() const {
+  Json j;
+  j["schema"] = "rkit.placement.v1";
+  j["rank"] = rank;
+  j["ranks"] = ranks;
+  j["numa_node"] = numa_node ? Json(*numa_node) : Json(nullptr);
+  j["cores"] = cores;
+  j["pus"] = pus;
+  j["cpuset"] = format_cpu_list(pus);
+  j["gpus"] = gpus;
+  j["nic"] = nic ? Json(*nic) : Json(nullptr);
+  j["numa_local"] = numa_local;
+  return j;
+}
+
+std::vector<RankPlacement> place(const Topology& t, const PlaceRequest& req) {
+  if (req.ranks < 1) throw Error(Exit::Usage, "--ranks must be at least 1");
+  if (req.gpus_per_rank < 0) throw Error(Exit::Usage, "--gpus-per-rank must not be negative");
+  if (req.cpus_per_rank && *req.cpus_per_rank < 1) throw Error(Exit::Usage, "--cpus-per-rank must be at least 1");
+  const int total_cores = static_cast<int>(t.cores.size());
+  const int n = req.ranks;
+  const int c = req.cpus_per_rank.value_or(total_cores / n);
+  if (c < 1 || static_cast<long>(n) * c > total_cores)
+    throw Error(Exit::DataErr,
+                fmt::format("not enough cores: {} ranks × {} cores need {}, the topology has {}", n,
+                            std::max(c, 1), static_cast<long>(n) * std::max(c, 1), total_cores));
+  const int g = req.gpus_per_rank;
+  if (static_cast<long>(n) * g > static_cast<long>(t.gpus.size()))
+    throw Error(Exit::DataErr,
+                fmt::format("not enough GPUs: {} ranks × {} GPUs need {}, the topology has {}", n, g,
+                            static_cast<long>(n) * g, t.gpus.size()),
+                t.gpus.empty() ? "--gpus FILE adds GPUs from a fixture" : "");
+
+  // Free cores per NUMA node, in core order; node order as the topology lists them.
+  std::vector<int> node_ids;
+  std::map<int, std::vector<int>> free_cores;
+  for (const auto& node : t.numa_nodes) {
+    node_ids.push_back(node.os_index);
+    free_cores[node.os_index] = node.cores;
+  }
+  auto take = [&](int node, int count, std::vector<int>& into) {
+    auto& pool = free_cores[node];
+    int k = std::min<int>(count, static_cast<int>(pool.size()));
+    into.insert(into.end(), pool.begin(), pool.begin() + k);
+    pool.erase(pool.begin(), pool.begin() + k);
+    return k;
+  };
+
+  std::vector<RankPlacement> out(static_cast<std::size_t>(n));
+  std::vector<std::optional<int>> home(static_cast<std::size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    out[r].rank = r;
+    out[r].ranks = n;
+  }
+
+  if (g > 0) {
+    // GPUs grouped by NUMA node; a rank takes its GPUs from one node where it can.
+    std::map<int, std::vector<int>> gpus_by_node;  // -1: unknown node
+    for (const auto& gpu : t.gpus) gpus_by_node[gpu.numa_node.value_or(-1)].push_back(gpu.index);
+    std::vector<int> order;  // node visiting order for ranks
+    for (const auto& [node, list] : gpus_by_node) order.push_back(node);
+    std::size_t cursor = 0;
+    for (int r = 0; r < n; ++r) {
+      std::optional<int> pick;
+      // pack: stay on the current node while it has G GPUs; spread: move on each rank.
+      for (std::size_t step = 0; step < order.size() && !pick; ++step) {
+        int node = order[(cursor + step) % order.size()];
+        if (static_cast<int>(gpus_by_node[node].size()) >= g) pick = node;
+      }
+      std::vector<int>& mine = out[r].gpus;
+      if (pick) {
+        auto& list = gpus_by_node[*pick];
+        mine.assign(list.begin(), list.begin() + g);
+        list.erase(list.begin(), list.begin() + g);
+        if (*pick >= 0) home[r] = *pick;
+        auto pos = std::find(order.begin(), order.end(), *pick) - order.begin();
+        cursor = req.policy == Policy::Spread ? static_cast<std::size_t>(pos + 1) : static_cast<std::size_t>(pos);
+      } else {
+        // No node has G GPUs left: gather from several nodes.
+        for (int node : order) {
+          auto& list = gpus_by_node[node];
+          while (static_cast<int>(mine.size()) < g && !list.empty()) {
+            mine.push_back(list.front());
+            list.erase(list.begin());
+          }
+        }
+      }
+    }
+  } else {
+    // Each rank goes whole to the first node (from the cursor) with c free cores.
+    std::size_t cursor = 0;
+    for (int r = 0; r < n; ++r) {
+      for (std::size_t step = 0; step < node_ids.size(); ++step) {
+        std::size_t k = (cursor + step) % node_ids.size();
+        if (static_cast<int>(free_cores[node_ids[k]].size()) < c) continue;
+        home[r] = node_ids[k];
+        take(node_ids[k], c, out[r].cores);
+        cursor = req.policy == Policy::Spread ? k + 1 : k;
+        break;
+      }
+    }
+  }
+
+  // Cores: first from the home node, then (second pass) from whatever is left.
+  for (int r = 0; r < n; ++r)
+    if (home[r] && out[r].cores.empty()) take(*home[r], c, out[r].cores);
+  for (int r = 0; r < n; ++r) {
+    int short_by = c - static_cast<int>(out[r].cores.size());
+    for (std::size_t k = 0; short_by > 0 && k < node_ids.size(); ++k) short_by -= take(node_ids[k], short_by, out[r].cores);
+  }
+
+  std::map<std::string, int> nic_use;
+  for (auto& p : out) {
+    std::sort(p.cores.begin(), p.cores.end());
+    std::set<int> nodes;
+    for (int core : p.cores) {
+      const Core& info = t.cores[static_cast<std::size_t>(core)];
+      p.pus.insert(p.pus.end(), info.pus.begin(), info.pus.end());
+      nodes.insert(info.numa_node);
+    }
+    std::sort(p.pus.begin(), p.pus.end());
+    if (nodes.size() == 1) p.numa_node = *nodes.begin();
+    p.numa_local = nodes.size() == 1;
+    for (int gi : p.gpus) {
+      const auto& gpu = t.gpus[static_cast<std::size_t>(gi)];
+      if (gpu.numa_node && p.numa_node != gpu.numa_node) p.numa_local = false;
+    }
+    // Nearest NIC: best link from the first GPU, else same NUMA node; least used wins ties.
+    int best = 99;
+    for (std::size_t k = 0; k < t.nics.size(); ++k) {
+      int score = 8;
+      if (!p.gpus.empty() && static_cast<std::size_t>(p.gpus.front()) < t.gpu_nic_links.size())
+        score = link_rank(t.gpu_nic_links[static_cast<std::size_t>(p.gpus.front())][k]);
+      else if (t.nics[k].numa_node && t.nics[k].numa_node == p.numa_node)
+        score = 5;
+      const std::string& name = t.nics[k].name;
+      int key = score * 1000 + nic_use[name];
+      if (key < best) {
+        best = key;
+        p.nic = name;
+      }
+    }
+    if (p.nic) ++nic_use[*p.nic];
+  }
+  return out;
+}
+
+}  // namespace rkit::rtop

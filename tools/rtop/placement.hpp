@@ -1,0 +1,50 @@
+// File: tools/rtop/placement.hpp
+//
+// Rank placement: which cores, GPUs and NIC each of N ranks should use.
+// Rules: ranks never share a core (a rank owns all hardware threads of its cores);
+// a rank with GPUs gets cores on its GPUs' NUMA node where any are left; without
+// GPUs, `pack` fills NUMA nodes in order and `spread` deals ranks round-robin over
+// them; each rank's cores stay inside one NUMA node when the request allows.
+// The nearest NIC is the one with the best link to the rank's first GPU (else on its
+// NUMA node), spread over ranks when several are equally near.
+//
+//   PlaceRequest req{.ranks = 4, .cpus_per_rank = 4, .gpus_per_rank = 1};
+//   for (const RankPlacement& p : place(topology, req)) printer.print(p.to_json());
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "rkit/jsonl.hpp"
+#include "topology.hpp"
+
+namespace rkit::rtop {
+
+enum class Policy { Pack, Spread };
+
+struct PlaceRequest {
+  int ranks = 1;
+  std::optional<int> cpus_per_rank;  // cores per rank; default: an equal share of all cores
+  int gpus_per_rank = 0;
+  Policy policy = Policy::Pack;
+};
+
+struct RankPlacement {
+  int rank = 0;
+  int ranks = 1;
+  std::optional<int> numa_node;  // the node holding its cores (null when they span nodes)
+  std::vector<int> cores;        // logical core indices
+  std::vector<int> pus;          // OS PU indices (what taskset and sched_setaffinity take)
+  std::vector<int> gpus;         // GPU indices
+  std::optional<std::string> nic;
+  bool numa_local = true;        // cores in one node, and the same node as its GPUs
+
+  Json to_json() const;  // rkit.placement.v1
+};
+
+// Throws Error(Usage) for ranks < 1 or negative counts, Error(DataErr) when the
+// topology is short of cores or GPUs (the message says what is short).
+std::vector<RankPlacement> place(const Topology& topology, const PlaceRequest& request);
+
+}  // namespace rkit::rtop

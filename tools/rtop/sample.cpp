@@ -1,0 +1,96 @@
+#include "sample.hpp"
+
+#include <chrono>
+#include <sstream>
+#include <thread>
+
+#include "rkit/atomic_file.hpp"
+#include "rkit/error.hpp"
+
+namespace rkit::rtop {
+
+std::vector<CpuTimes> parse_proc_stat(const std::string& text) {
+  std::vector<CpuTimes> out;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("cpu", 0) != 0) continue;
+    std::istringstream fields(line);
+    std::string name;
+    fields >> name;
+    std::uint64_t v[10] = {};
+    int k = 0;
+    while (k < 10 && fields >> v[k]) ++k;
+    if (k < 4) throw Error(Exit::DataErr, "/proc/stat: short cpu line: " + line);
+    CpuTimes t;
+    // user nice system idle iowait irq softirq steal (guest time is inside user).
+    for (int i = 0; i < std::min(k, 8); ++i) t.total += v[i];
+    t.busy = t.total - v[3] - (k > 4 ? v[4] : 0);
+    out.push_back(t);
+  }
+  if (out.empty()) throw Error(Exit::DataErr, "/proc/stat: no cpu lines");
+  return out;
+}
+
+double utilisation(const CpuTimes& a, const CpuTimes& b) {
+  if (b.total <= a.total) return 0.0;
+  double busy = static_cast<double>(b.busy >= a.busy ? b.busy - a.busy : 0);
+  return std::min(1.0, busy / static_cast<double>(b.total - a.total));
+}
+
+Sampler::Sampler() {
+  last_ = parse_proc_stat(read_file("/proc/stat"));
+  std::string why;
+  nvml_ = Nvml::load(why);
+}
+
+namespace {
+std::uint64_t meminfo_kib(const std::string& text, const std::string& key) {
+  auto pos = text.find(key + ":");
+  if (pos == std::string::npos) return 0;
+  return std::stoull(text.substr(pos + key.size() + 1));
+}
+}  // namespace
+
+Json Sampler::next(double interval_s) {
+  std::this_thread::sleep_for(std::chrono::duration<double>(interval_s));
+  auto now = std::chrono::system_clock::now();
+  std::vector<CpuTimes> cur = parse_proc_stat(read_file("/proc/stat"));
+  Json j;
+  j["schema"] = "rkit.sample.v1";
+  j["time_unix_s"] = std::chrono::duration<double>(now.time_since_epoch()).count();
+  j["interval_s"] = interval_s;
+  j["cpu_util"] = utilisation(last_[0], cur[0]);
+  Json per_cpu = Json::array();
+  for (std::size_t i = 1; i < cur.size() && i < last_.size(); ++i) per_cpu.push_back(utilisation(last_[i], cur[i]));
+  j["cpu_util_per_cpu"] = per_cpu;
+  last_ = std::move(cur);
+
+  std::string mem = read_file("/proc/meminfo");
+  std::uint64_t total = meminfo_kib(mem, "MemTotal") * 1024, avail = meminfo_kib(mem, "MemAvailable") * 1024;
+  j["memory_total_bytes"] = total;
+  j["memory_available_bytes"] = avail;
+  j["memory_used_bytes"] = total - std::min(total, avail);
+
+  std::istringstream load(read_file("/proc/loadavg"));
+  double l1 = 0, l5 = 0, l15 = 0;
+  load >> l1 >> l5 >> l15;
+  j["load_1m"] = l1;
+  j["load_5m"] = l5;
+  j["load_15m"] = l15;
+
+  Json gpus = Json::array();
+  if (nvml_) {
+    int n = nvml_->device_count();
+    for (int i = 0; i < n; ++i) {
+      NvmlUsage u = nvml_->usage(i);
+      auto opt = [](const auto& v) { return v ? Json(*v) : Json(nullptr); };
+      gpus.push_back({{"index", i}, {"util", opt(u.util)}, {"memory_used_bytes", opt(u.memory_used_bytes)},
+                      {"memory_total_bytes", opt(u.memory_total_bytes)}, {"power_w", opt(u.power_w)}});
+    }
+  }
+  j["gpus"] = gpus;
+  return j;
+}
+
+}  // namespace rkit::rtop

@@ -1,0 +1,43 @@
+// File: tools/rtop/sample.hpp
+//
+// Live utilisation samples (rkit.sample.v1): per-CPU utilisation over an interval
+// from /proc/stat, memory from /proc/meminfo, load from /proc/loadavg, and per-GPU
+// utilisation, memory and power from NVML when it loads.
+//
+//   rkit::rtop::Sampler s;                  // takes the first /proc/stat reading
+//   Json rec = s.next(1.0);                 // sleeps 1 s, returns one record
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "nvml.hpp"
+#include "rkit/jsonl.hpp"
+
+namespace rkit::rtop {
+
+struct CpuTimes {
+  std::uint64_t busy = 0, total = 0;
+};
+
+// Parses /proc/stat text: index 0 is the aggregate "cpu" line, then cpu0, cpu1, ...
+// Throws Error(DataErr) if there is no cpu line.
+std::vector<CpuTimes> parse_proc_stat(const std::string& text);
+
+// Utilisation (0..1) between two readings; null-safe for counters that did not move.
+double utilisation(const CpuTimes& before, const CpuTimes& after);
+
+class Sampler {
+ public:
+  Sampler();
+  // Waits `interval_s` after the previous reading and returns a record.
+  Json next(double interval_s);
+
+ private:
+  std::vector<CpuTimes> last_;
+  std::unique_ptr<Nvml> nvml_;
+};
+
+}  // namespace rkit::rtop

@@ -1,0 +1,467 @@
+#include "topology.hpp"
+
+#include <fmt/format.h>
+#include <hwloc.h>
+
+#include <algorithm>
+#include <cctype>
+#include <map>
+#include <memory>
+
+#include "nvml.hpp"
+#include "rkit/atomic_file.hpp"
+#include "rkit/error.hpp"
+
+namespace rkit::rtop {
+namespace {
+
+using TopoPtr = std::unique_ptr<hwloc_topology, decltype(&hwloc_topology_destroy)>;
+
+std::vector<int> cpus_of(hwloc_const_cpuset_t set) {
+  std::vector<int> out;
+  if (!set) return out;
+  unsigned i;
+  hwloc_bitmap_foreach_begin(i, set) { out.push_back(static_cast<int>(i)); }
+  hwloc_bitmap_foreach_end();
+  return out;
+}
+
+std::string info(hwloc_obj_t obj, const char* name) {
+  const char* v = obj ? hwloc_obj_get_info_by_name(obj, name) : nullptr;
+  return v ? v : "";
+}
+
+TopoPtr load_hwloc(const ProbeOptions& opt) {
+  hwloc_topology_t raw = nullptr;
+  if (hwloc_topology_init(&raw) != 0) throw Error(Exit::Software, "hwloc_topology_init failed");
+  TopoPtr topo(raw, hwloc_topology_destroy);
+  if (!opt.synthetic.empty()) {
+    if (hwloc_topology_set_synthetic(raw, opt.synthetic.c_str()) != 0)
+      throw Error(Exit::Usage, fmt::format("invalid synthetic topology '{}'", opt.synthetic),
+                  "e.g. \"pack:2 numa:2 core:8 pu:2\"");
+  } else if (!opt.xml_path.empty()) {
+    read_file(opt.xml_path);  // a clear 66/77 for missing or unreadable files
+    if (hwloc_topology_set_xml(raw, opt.xml_path.c_str()) != 0)
+      throw Error(Exit::DataErr, fmt::format("{}: not an hwloc XML topology", opt.xml_path));
+  }
+  hwloc_topology_set_io_types_filter(raw, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+  if (hwloc_topology_load(raw) != 0) {
+    if (!opt.xml_path.empty())
+      throw Error(Exit::DataErr, fmt::format("{}: not an hwloc XML topology", opt.xml_path));
+    throw Error(Exit::Unavailable, "hwloc could not load the topology of this machine");
+  }
+  return topo;
+}
+
+std::string bus_id_of(hwloc_obj_t pci) {
+  const auto& a = pci->attr->pcidev;
+  return fmt::format("{:04x}:{:02x}:{:02x}.{:x}", a.domain, a.bus, a.dev, a.func);
+}
+
+// The NUMA node (OS index) a device hangs off, when exactly one.
+std::optional<int> numa_of(hwloc_topology_t topo, hwloc_obj_t obj) {
+  hwloc_obj_t anc = hwloc_get_non_io_ancestor_obj(topo, obj);
+  if (!anc || !anc->nodeset || hwloc_bitmap_weight(anc->nodeset) != 1) {
+    if (hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_NUMANODE) == 1)
+      return static_cast<int>(hwloc_get_obj_by_type(topo, HWLOC_OBJ_NUMANODE, 0)->os_index);
+    return std::nullopt;
+  }
+  return hwloc_bitmap_first(anc->nodeset);
+}
+
+std::vector<int> local_cpus(hwloc_topology_t topo, hwloc_obj_t obj) {
+  hwloc_obj_t anc = hwloc_get_non_io_ancestor_obj(topo, obj);
+  return anc ? cpus_of(anc->cpuset) : std::vector<int>{};
+}
+
+// Number of PCI bridges strictly between `obj` and `ancestor`.
+int bridges_between(hwloc_obj_t obj, hwloc_obj_t ancestor) {
+  int n = 0;
+  for (hwloc_obj_t p = obj->parent; p && p != ancestor; p = p->parent)
+    if (p->type == HWLOC_OBJ_BRIDGE) ++n;
+  return n;
+}
+
+// A device for link classification: its PCI object (when hwloc knows it) and NUMA node.
+struct Endpoint {
+  hwloc_obj_t pci = nullptr;
+  std::optional<int> numa;
+};
+
+std::string classify(hwloc_topology_t topo, const Endpoint& a, const Endpoint& b) {
+  if (a.pci && b.pci) {
+    if (a.pci == b.pci) return "X";
+    hwloc_obj_t anc = hwloc_get_common_ancestor_obj(topo, a.pci, b.pci);
+    if (anc && anc->type == HWLOC_OBJ_BRIDGE) {
+      if (anc->attr->bridge.upstream_type == HWLOC_OBJ_BRIDGE_HOST) return "PHB";
+      return std::max(bridges_between(a.pci, anc), bridges_between(b.pci, anc)) <= 1 ? "PIX" : "PXB";
+    }
+    if (anc && anc->type == HWLOC_OBJ_PCI_DEVICE) return "PIX";
+  }
+  if (a.numa && b.numa && *a.numa == *b.numa) return "NODE";
+  return "SYS";
+}
+
+// GPUs on the PCI bus: NVIDIA and AMD display/3D controllers.
+bool is_gpu(hwloc_obj_t pci) {
+  const auto& a = pci->attr->pcidev;
+  unsigned cls = a.class_id;
+  bool display = cls == 0x0300 || cls == 0x0302 || cls == 0x0380;
+  return display && (a.vendor_id == 0x10de || a.vendor_id == 0x1002);
+}
+
+template <typename T>
+T json_get(const Json& obj, const char* key, const std::string& where) {
+  try {
+    return obj.at(key).get<T>();
+  } catch (const Json::exception&) {
+    throw Error(Exit::DataErr, fmt::format("{}: \"{}\" is missing or has the wrong type", where, key));
+  }
+}
+
+// Reads the GPU fixture (rkit.gpu_fixture.v1). Returns GPUs with `numa_node` checked
+// against the topology, and the per-GPU NVLink counts by peer index.
+struct FixtureGpu {
+  Gpu gpu;
+  std::map<int, int> nvlinks;
+};
+
+std::vector<FixtureGpu> read_fixture(const std::string& path, const std::vector<NumaNode>& numas) {
+  Json doc = parse_json(read_file(path), path);
+  check_schema(doc, "rkit.gpu_fixture", 1, path);
+  if (!doc.contains("gpus") || !doc["gpus"].is_array())
+    throw Error(Exit::DataErr, fmt::format("{}: \"gpus\" must be an array", path));
+  std::vector<FixtureGpu> out;
+  int i = 0;
+  for (const Json& g : doc["gpus"]) {
+    std::string where = fmt::format("{}: gpus[{}]", path, i);
+    if (!g.is_object()) throw Error(Exit::DataErr, where + ": expected an object");
+    FixtureGpu f;
+    f.gpu.name = json_get<std::string>(g, "name", where);
+    f.gpu.source = "fixture";
+    if (g.contains("uuid")) f.gpu.uuid = json_get<std::string>(g, "uuid", where);
+    if (g.contains("memory_bytes")) f.gpu.memory_bytes = json_get<std::uint64_t>(g, "memory_bytes", where);
+    if (g.contains("pci_bus_id")) f.gpu.pci_bus_id = normalize_bus_id(json_get<std::string>(g, "pci_bus_id", where));
+    if (g.contains("numa_node")) {
+      int n = json_get<int>(g, "numa_node", where);
+      auto it = std::find_if(numas.begin(), numas.end(), [&](const NumaNode& m) { return m.os_index == n; });
+      if (it == numas.end())
+        throw Error(Exit::DataErr, fmt::format("{}: numa_node {} is not in the topology ({} NUMA nodes)",
+                                               where, n, numas.size()));
+      f.gpu.numa_node = n;
+      f.gpu.cpus = it->pus;
+    }
+    if (g.contains("nvlinks")) {
+      if (!g["nvlinks"].is_object()) throw Error(Exit::DataErr, where + ": \"nvlinks\" must be an object");
+      for (const auto& [peer, count] : g["nvlinks"].items()) {
+        int p = -1;
+        try {
+          p = std::stoi(peer);
+        } catch (const std::exception&) {
+        }
+        if (p < 0 || !count.is_number_unsigned())
+          throw Error(Exit::DataErr, where + ": \"nvlinks\" maps a GPU index to a link count");
+        f.nvlinks[p] = count.get<int>();
+      }
+    }
+    out.push_back(std::move(f));
+    ++i;
+  }
+  for (const auto& f : out)
+    for (const auto& [peer, count] : f.nvlinks)
+      if (peer >= static_cast<int>(out.size()))
+        throw Error(Exit::DataErr, fmt::format("{}: nvlinks names GPU {}, but the fixture has {}", path, peer, out.size()));
+  return out;
+}
+
+}  // namespace
+
+std::string normalize_bus_id(const std::string& bus_id) {
+  // Accept "dddddddd:bb:dd.f" (NVML) and "dddd:bb:dd.f"; keep the last 4 domain digits.
+  std::string s;
+  for (char c : bus_id) s += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  auto colon = s.find(':');
+  if (colon != std::string::npos && s.find(':', colon + 1) != std::string::npos && colon > 4)
+    s = s.substr(colon - 4);
+  return s;
+}
+
+std::string format_cpu_list(const std::vector<int>& cpus) {
+  std::vector<int> v = cpus;
+  std::sort(v.begin(), v.end());
+  std::string out;
+  for (std::size_t i = 0; i < v.size();) {
+    std::size_t j = i;
+    while (j + 1 < v.size() && v[j + 1] == v[j] + 1) ++j;
+    if (!out.empty()) out += ',';
+    out += j == i ? fmt::format("{}", v[i]) : fmt::format("{}-{}", v[i], v[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+Topology probe(const ProbeOptions& opt) {
+  if (!opt.synthetic.empty() && !opt.xml_path.empty())
+    throw Error(Exit::Usage, "--input and --synthetic exclude each other");
+  TopoPtr holder = load_hwloc(opt);
+  hwloc_topology_t topo = holder.get();
+  Topology t;
+  t.source = !opt.synthetic.empty() ? "synthetic" : !opt.xml_path.empty() ? "xml" : "live";
+
+  hwloc_obj_t root = hwloc_get_root_obj(topo);
+  t.hostname = info(root, "HostName");
+  t.os = info(root, "OSName").empty() ? "" : info(root, "OSName") + " " + info(root, "OSRelease");
+  t.architecture = info(root, "Architecture");
+  t.packages = std::max(1, hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_PACKAGE));
+  t.cpu_model = info(hwloc_get_obj_by_type(topo, HWLOC_OBJ_PACKAGE, 0), "CPUModel");
+  t.pus = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_PU);
+
+  int n_numa = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_NUMANODE);
+  std::vector<hwloc_obj_t> numa_objs;
+  for (int i = 0; i < n_numa; ++i) {
+    hwloc_obj_t o = hwloc_get_obj_by_type(topo, HWLOC_OBJ_NUMANODE, static_cast<unsigned>(i));
+    numa_objs.push_back(o);
+    NumaNode n;
+    n.os_index = static_cast<int>(o->os_index);
+    n.memory_bytes = o->attr->numanode.local_memory;
+    n.pus = cpus_of(o->cpuset);
+    t.numa_nodes.push_back(std::move(n));
+  }
+
+  int n_cores = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE);
+  for (int i = 0; i < n_cores; ++i) {
+    hwloc_obj_t o = hwloc_get_obj_by_type(topo, HWLOC_OBJ_CORE, static_cast<unsigned>(i));
+    Core c;
+    c.index = static_cast<int>(o->logical_index);
+    hwloc_obj_t pkg = hwloc_get_ancestor_obj_by_type(topo, HWLOC_OBJ_PACKAGE, o);
+    c.package = pkg ? static_cast<int>(pkg->logical_index) : 0;
+    c.pus = cpus_of(o->cpuset);
+    for (std::size_t k = 0; k < numa_objs.size(); ++k) {
+      if (hwloc_bitmap_isincluded(o->cpuset, numa_objs[k]->cpuset)) {
+        c.numa_node = t.numa_nodes[k].os_index;
+        t.numa_nodes[k].cores.push_back(c.index);
+        break;
+      }
+    }
+    t.cores.push_back(std::move(c));
+  }
+
+  // Caches, grouped by level and type.
+  for (hwloc_obj_type_t type : {HWLOC_OBJ_L1CACHE, HWLOC_OBJ_L1ICACHE, HWLOC_OBJ_L2CACHE, HWLOC_OBJ_L2ICACHE,
+                                HWLOC_OBJ_L3CACHE, HWLOC_OBJ_L3ICACHE, HWLOC_OBJ_L4CACHE, HWLOC_OBJ_L5CACHE}) {
+    int n = hwloc_get_nbobjs_by_type(topo, type);
+    if (n <= 0) continue;
+    hwloc_obj_t o = hwloc_get_obj_by_type(topo, type, 0);
+    Cache c;
+    c.level = static_cast<int>(o->attr->cache.depth);
+    c.type = o->attr->cache.type == HWLOC_OBJ_CACHE_DATA          ? "data"
+             : o->attr->cache.type == HWLOC_OBJ_CACHE_INSTRUCTION ? "instruction"
+                                                                  : "unified";
+    c.size_bytes = o->attr->cache.size;
+    c.count = n;
+    t.caches.push_back(c);
+  }
+
+  // I/O devices. Endpoints remember the hwloc object for link classification.
+  std::vector<Endpoint> gpu_ends, nic_ends;
+  std::map<std::string, hwloc_obj_t> pci_by_bus;
+  for (hwloc_obj_t p = hwloc_get_next_pcidev(topo, nullptr); p; p = hwloc_get_next_pcidev(topo, p))
+    pci_by_bus[bus_id_of(p)] = p;
+
+  // NICs: one per PCI function; the RDMA name wins over the netdev name.
+  std::map<hwloc_obj_t, std::size_t> nic_by_pci;
+  for (hwloc_obj_t os = hwloc_get_next_osdev(topo, nullptr); os; os = hwloc_get_next_osdev(topo, os)) {
+    auto kind = os->attr->osdev.type;
+    hwloc_obj_t pci = os->parent && os->parent->type == HWLOC_OBJ_PCI_DEVICE ? os->parent : nullptr;
+    if (kind == HWLOC_OBJ_OSDEV_NETWORK || kind == HWLOC_OBJ_OSDEV_OPENFABRICS) {
+      if (!pci) continue;  // virtual interfaces have no place in the topology
+      auto [it, fresh] = nic_by_pci.emplace(pci, t.nics.size());
+      if (fresh) {
+        Nic n;
+        n.pci_bus_id = bus_id_of(pci);
+        n.numa_node = numa_of(topo, pci);
+        n.cpus = local_cpus(topo, pci);
+        n.kind = pci->attr->pcidev.class_id == 0x0207 ? "infiniband"
+                 : pci->attr->pcidev.class_id == 0x0200 ? "ethernet" : "network";
+        t.nics.push_back(n);
+        nic_ends.push_back({pci, n.numa_node});
+      }
+      Nic& n = t.nics[it->second];
+      if (kind == HWLOC_OBJ_OSDEV_OPENFABRICS) {
+        n.name = os->name;
+      } else {
+        n.netdev = os->name;
+        if (n.name.empty()) n.name = os->name;
+        if (std::string a = info(os, "Address"); !a.empty()) n.address = a;
+      }
+    } else if (kind == HWLOC_OBJ_OSDEV_BLOCK) {
+      Disk d;
+      d.name = os->name;
+      d.nvme = d.name.rfind("nvme", 0) == 0;
+      if (std::string size = info(os, "Size"); !size.empty()) d.size_bytes = std::stoull(size) * 1024;
+      if (pci) {
+        d.pci_bus_id = bus_id_of(pci);
+        d.numa_node = numa_of(topo, pci);
+      }
+      t.disks.push_back(d);
+    }
+  }
+
+  // GPUs: NVML on live machines; otherwise what the PCI bus shows.
+  std::map<int, std::map<int, int>> nvlinks;  // gpu index → peer index → links
+  std::map<std::string, std::map<std::string, int>> nvlinks_by_bus;
+  bool from_nvml = false;
+  std::unique_ptr<Nvml> nvml;
+  if (t.source == "live" && opt.use_nvml) {
+    std::string why;
+    nvml = Nvml::load(why);
+    if (!nvml) t.nvml_error = why;
+  }
+  if (nvml) {
+    std::string driver = nvml->driver_version();
+    int count = nvml->device_count();
+    for (int i = 0; i < count; ++i) {
+      NvmlDevice d = nvml->device(i);
+      Gpu g;
+      g.index = i;
+      g.name = d.name;
+      g.uuid = d.uuid;
+      g.memory_bytes = d.memory_bytes;
+      g.pci_bus_id = d.pci_bus_id;
+      if (!driver.empty()) g.driver = driver;
+      g.source = "nvml";
+      Endpoint e;
+      if (auto it = pci_by_bus.find(d.pci_bus_id); it != pci_by_bus.end()) {
+        e.pci = it->second;
+        g.numa_node = numa_of(topo, e.pci);
+        g.cpus = local_cpus(topo, e.pci);
+      }
+      e.numa = g.numa_node;
+      nvlinks_by_bus[d.pci_bus_id] = d.nvlinks;
+      t.gpus.push_back(g);
+      gpu_ends.push_back(e);
+    }
+    from_nvml = count > 0;
+  }
+  if (!from_nvml) {
+    for (const auto& [bus, pci] : pci_by_bus) {
+      if (!is_gpu(pci)) continue;
+      Gpu g;
+      g.index = static_cast<int>(t.gpus.size());
+      std::string vendor = info(pci, "PCIVendor"), device = info(pci, "PCIDevice");
+      g.name = !device.empty() ? (vendor.empty() ? device : vendor + " " + device)
+                               : fmt::format("PCI {:04x}:{:04x}", pci->attr->pcidev.vendor_id,
+                                             pci->attr->pcidev.device_id);
+      g.pci_bus_id = bus;
+      g.numa_node = numa_of(topo, pci);
+      g.cpus = local_cpus(topo, pci);
+      g.source = "pci";
+      t.gpus.push_back(g);
+      gpu_ends.push_back({pci, g.numa_node});
+    }
+  }
+  for (std::size_t i = 0; i < t.gpus.size(); ++i)
+    for (std::size_t j = 0; j < t.gpus.size(); ++j)
+      if (i != j && t.gpus[i].pci_bus_id && t.gpus[j].pci_bus_id) {
+        int n = nvlinks_by_bus[*t.gpus[i].pci_bus_id][*t.gpus[j].pci_bus_id];
+        if (n > 0) nvlinks[static_cast<int>(i)][static_cast<int>(j)] = n;
+      }
+
+  if (!opt.gpu_fixture.empty()) {
+    int base = static_cast<int>(t.gpus.size());
+    for (auto& f : read_fixture(opt.gpu_fixture, t.numa_nodes)) {
+      Gpu g = f.gpu;
+      g.index = static_cast<int>(t.gpus.size());
+      Endpoint e;
+      if (g.pci_bus_id) {
+        if (auto it = pci_by_bus.find(*g.pci_bus_id); it != pci_by_bus.end()) {
+          e.pci = it->second;
+          if (!g.numa_node) g.numa_node = numa_of(topo, e.pci);
+          if (g.cpus.empty()) g.cpus = local_cpus(topo, e.pci);
+        }
+      }
+      e.numa = g.numa_node;
+      for (const auto& [peer, count] : f.nvlinks)
+        if (count > 0) {
+          nvlinks[g.index][base + peer] = count;
+          nvlinks[base + peer][g.index] = count;
+        }
+      t.gpus.push_back(g);
+      gpu_ends.push_back(e);
+    }
+  }
+
+  auto matrix = [&](const std::vector<Endpoint>& rows, const std::vector<Endpoint>& cols, bool gpu_pairs) {
+    std::vector<std::vector<std::string>> m(rows.size(), std::vector<std::string>(cols.size()));
+    for (std::size_t i = 0; i < rows.size(); ++i)
+      for (std::size_t j = 0; j < cols.size(); ++j) {
+        if (gpu_pairs && i == j) {
+          m[i][j] = "X";
+          continue;
+        }
+        int nv = gpu_pairs ? nvlinks[static_cast<int>(i)][static_cast<int>(j)] : 0;
+        m[i][j] = nv > 0 ? fmt::format("NV{}", nv) : classify(topo, rows[i], cols[j]);
+      }
+    return m;
+  };
+  t.gpu_links = matrix(gpu_ends, gpu_ends, true);
+  t.gpu_nic_links = matrix(gpu_ends, nic_ends, false);
+  t.nic_links = matrix(nic_ends, nic_ends, true);
+  return t;
+}
+
+namespace {
+template <typename T>
+Json opt_json(const std::optional<T>& v) {
+  return v ? Json(*v) : Json(nullptr);
+}
+}  // namespace
+
+Json Topology::to_json() const {
+  Json j;
+  j["schema"] = "rkit.topology.v1";
+  j["source"] = source;
+  j["hostname"] = hostname.empty() ? Json(nullptr) : Json(hostname);
+  j["os"] = os.empty() ? Json(nullptr) : Json(os);
+  j["architecture"] = architecture.empty() ? Json(nullptr) : Json(architecture);
+  j["cpu_model"] = cpu_model.empty() ? Json(nullptr) : Json(cpu_model);
+  j["packages"] = packages;
+  j["numa_node_count"] = numa_nodes.size();
+  j["cores"] = cores.size();
+  j["pus"] = pus;
+  std::uint64_t mem = 0;
+  for (const auto& n : numa_nodes) mem += n.memory_bytes;
+  j["memory_bytes"] = mem;
+  j["numa_nodes"] = Json::array();
+  for (const auto& n : numa_nodes)
+    j["numa_nodes"].push_back({{"os_index", n.os_index}, {"memory_bytes", n.memory_bytes},
+                               {"cores", n.cores}, {"pus", n.pus}});
+  j["caches"] = Json::array();
+  for (const auto& c : caches)
+    j["caches"].push_back({{"level", c.level}, {"type", c.type}, {"size_bytes", c.size_bytes}, {"count", c.count}});
+  j["core_list"] = Json::array();
+  for (const auto& c : cores)
+    j["core_list"].push_back({{"index", c.index}, {"package", c.package}, {"numa_node", c.numa_node}, {"pus", c.pus}});
+  j["gpus"] = Json::array();
+  for (const auto& g : gpus)
+    j["gpus"].push_back({{"index", g.index}, {"name", g.name}, {"uuid", opt_json(g.uuid)},
+                         {"memory_bytes", opt_json(g.memory_bytes)}, {"pci_bus_id", opt_json(g.pci_bus_id)},
+                         {"numa_node", opt_json(g.numa_node)}, {"cpus", g.cpus},
+                         {"driver", opt_json(g.driver)}, {"source", g.source}});
+  j["nics"] = Json::array();
+  for (const auto& n : nics)
+    j["nics"].push_back({{"name", n.name}, {"netdev", opt_json(n.netdev)}, {"kind", n.kind},
+                         {"address", opt_json(n.address)}, {"pci_bus_id", opt_json(n.pci_bus_id)},
+                         {"numa_node", opt_json(n.numa_node)}, {"cpus", n.cpus}});
+  j["disks"] = Json::array();
+  for (const auto& d : disks)
+    j["disks"].push_back({{"name", d.name}, {"nvme", d.nvme}, {"size_bytes", opt_json(d.size_bytes)},
+                          {"pci_bus_id", opt_json(d.pci_bus_id)}, {"numa_node", opt_json(d.numa_node)}});
+  j["gpu_links"] = gpu_links;
+  j["gpu_nic_links"] = gpu_nic_links;
+  j["nic_links"] = nic_links;
+  j["nvml_error"] = opt_json(nvml_error);
+  return j;
+}
+
+}  // namespace rkit::rtop
