@@ -6,14 +6,14 @@ set -euo pipefail
 
 # One list, grouped by purpose; DESIGN.md explains each choice.
 build=(
-  cmake make g++ pkg-config git
+  cmake make gcc g++ pkg-config git
   libcli11-dev libfmt-dev libtomlplusplus-dev nlohmann-json3-dev
   libhwloc-dev
 )
 tests=(
   libgtest-dev googletest
   bats bats-assert bats-support bats-file
-  jq hwloc
+  jq hwloc zsh fish groff-base
 )
 bench=(hyperfine)
 

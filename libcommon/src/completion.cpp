@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <functional>
 #include <vector>
 
@@ -51,7 +52,7 @@ std::vector<OptionInfo> own_options(const CLI::App& app) {
     for (const auto& l : opt->get_lnames()) info.names.push_back("--" + l);
     for (const auto& s : opt->get_snames()) info.names.push_back("-" + s);
     info.description = opt->get_description();
-    info.takes_value = opt->get_type_size_max() > 0;
+    info.takes_value = opt->get_expected_max() > 0;  // flags expect 0 values
     std::string type = opt->get_type_name();
     info.is_file = type.find("FILE") != std::string::npos || type.find("PATH") != std::string::npos ||
                    type.find("DIR") != std::string::npos;
@@ -67,7 +68,13 @@ void collect(const CLI::App& app, const std::string& path, std::vector<OptionInf
   level.path = path;
   level.description = app.get_description();
   level.options = own_options(app);
-  level.options.insert(level.options.end(), inherited.begin(), inherited.end());
+  // Inherited options, unless the level declares the same name (every level has --help).
+  for (const auto& o : inherited) {
+    bool shadowed = false;
+    for (const auto& mine : level.options)
+      for (const auto& n : o.names) shadowed = shadowed || std::find(mine.names.begin(), mine.names.end(), n) != mine.names.end();
+    if (!shadowed) level.options.push_back(o);
+  }
   for (const CLI::Option* opt : app.get_options())
     if (opt->get_lnames().empty() && opt->get_snames().empty() && !opt->get_group().empty())
       level.has_positionals = true;
@@ -224,17 +231,16 @@ std::string fish(const std::string& tool, const std::vector<Level>& levels) {
       s += fmt::format("complete -c {} -n {} -a {} -d {}\n", tool, fish_quote(c), n, fish_quote(d));
     }
     // Inherited options were declared at the parent's level (without a condition).
-    std::size_t own = l.options.size();
-    if (!l.path.empty()) {
-      // count options not present in the parent level
-      const Level* parent = nullptr;
-      std::string parent_path = l.path.rfind(' ') == std::string::npos ? "" : l.path.substr(0, l.path.rfind(' '));
-      for (const auto& p : levels)
-        if (p.path == parent_path) parent = &p;
-      if (parent) own = l.options.size() - parent->options.size();
-    }
-    for (std::size_t i = 0; i < own; ++i) {
-      const auto& o = l.options[i];
+    // Options the parent level has were declared there, without a condition.
+    const Level* parent = nullptr;
+    std::string parent_path = l.path.rfind(' ') == std::string::npos ? "" : l.path.substr(0, l.path.rfind(' '));
+    for (const auto& p : levels)
+      if (!l.path.empty() && p.path == parent_path) parent = &p;
+    for (const auto& o : l.options) {
+      bool inherited = false;
+      if (parent)
+        for (const auto& po : parent->options) inherited = inherited || po.names == o.names;
+      if (inherited) continue;
       std::string line = "complete -c " + tool + cond;
       for (const auto& n : o.names) line += (n.rfind("--", 0) == 0 ? " -l " + n.substr(2) : " -s " + n.substr(1));
       if (o.takes_value) {

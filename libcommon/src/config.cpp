@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <type_traits>
 
 #include "rkit/atomic_file.hpp"
 
@@ -23,7 +24,10 @@ template <typename T>
 std::optional<T> typed(const Config& cfg, std::string_view key, std::string_view type_name) {
   toml::node_view<const toml::node> node = cfg.table.at_path(key);
   if (!node) return std::nullopt;
-  if (auto v = node.value<T>()) return v;
+  std::optional<T> v;
+  if constexpr (std::is_same_v<T, double>) v = node.value<T>();  // integers are numbers too
+  else v = node.value_exact<T>();  // TOML is typed: `smt = 1` is not a boolean
+  if (v) return v;
   const auto& src = node.node()->source();
   throw Error(Exit::Config, fmt::format("{}:{}:{}: '{}' must be a {}", cfg.path, src.begin.line,
                                         src.begin.column, key, type_name));

@@ -4,17 +4,31 @@
 
 #include <cerrno>
 #include <charconv>
+#include <filesystem>
 #include <iostream>
 
 #include "rkit/error.hpp"
 
 namespace rkit {
+namespace {
+
+// nlohmann's message is "[json.exception.parse_error.101] parse error at line 1, ...";
+// keep the part after the bracketed id.
+std::string_view parse_error_text(const Json::parse_error& e) {
+  std::string_view msg = e.what();
+  if (auto pos = msg.find("] "); pos != std::string_view::npos) msg.remove_prefix(pos + 2);
+  return msg;
+}
+
+}  // namespace
 
 JsonLinesReader::JsonLinesReader(const std::string& path) : name_(path == "-" ? "<stdin>" : path) {
   if (path == "-") {
     in_ = &std::cin;
     return;
   }
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) throw Error(Exit::NoInput, path + ": is a directory");
   file_ = std::make_unique<std::ifstream>(path);
   if (!*file_) throw system_error(path, errno);
   in_ = file_.get();
@@ -28,7 +42,7 @@ bool JsonLinesReader::next(Json& out) {
     try {
       out = Json::parse(line);
     } catch (const Json::parse_error& e) {
-      throw Error(Exit::DataErr, fmt::format("{}: invalid JSON: {}", where(), e.what()));
+      throw Error(Exit::DataErr, fmt::format("{}: invalid JSON: {}", where(), parse_error_text(e)));
     }
     return true;
   }
@@ -42,11 +56,7 @@ Json parse_json(std::string_view text, std::string_view source) {
   try {
     return Json::parse(text);
   } catch (const Json::parse_error& e) {
-    // nlohmann's message is "[json.exception.parse_error.101] parse error at line 1, ...";
-    // keep the part after the bracketed id.
-    std::string_view msg = e.what();
-    if (auto pos = msg.find("] "); pos != std::string_view::npos) msg.remove_prefix(pos + 2);
-    throw Error(Exit::DataErr, fmt::format("{}: invalid JSON: {}", source, msg));
+    throw Error(Exit::DataErr, fmt::format("{}: invalid JSON: {}", source, parse_error_text(e)));
   }
 }
 
@@ -60,9 +70,10 @@ int check_schema(const Json& record, std::string_view family, int max_major,
   const std::string& schema = it->get_ref<const std::string&>();
   std::string prefix = std::string(family) + ".v";
   int major = 0;
-  const char* begin = schema.data() + prefix.size();
   const char* end = schema.data() + schema.size();
-  if (schema.rfind(prefix, 0) != 0 || std::from_chars(begin, end, major).ptr != end || major < 1)
+  // The digits start after the prefix, which must be there first (no pointer past the end).
+  if (schema.rfind(prefix, 0) != 0 ||
+      std::from_chars(schema.data() + prefix.size(), end, major).ptr != end || major < 1)
     throw Error(Exit::DataErr,
                 fmt::format("{}: schema '{}' is not {}.v<N>", where, schema, family));
   if (major > max_major)

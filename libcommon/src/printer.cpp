@@ -83,7 +83,8 @@ void Printer::print(const Json& record) {
       for (std::size_t i = 0; i < columns_.size(); ++i) {
         const Json& v = lookup(record, columns_[i]);
         row.push_back(columns_[i].human && !v.is_null() ? columns_[i].human(v) : cell(v, "-"));
-        widths_[i] = std::max(widths_[i], row.back().size());
+        // Streaming rows are written at once: widths are fixed by the first row.
+        if (!streaming_ || !header_done_) widths_[i] = std::max(widths_[i], row.back().size());
       }
       if (!streaming_) {
         rows_.push_back(std::move(row));

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -126,7 +127,13 @@ Child Child::spawn(const SpawnOptions& o) {
   plan.redirect(0, o.in);
   plan.redirect(1, o.out);
   plan.redirect(2, o.err);
-  if (!o.cwd.empty()) posix_spawn_file_actions_addchdir_np(&plan.actions, o.cwd.c_str());
+  if (!o.cwd.empty()) {
+    // Checked here: a failed chdir in the child would be reported as "cannot run PROGRAM".
+    struct stat st {};
+    if (::stat(o.cwd.c_str(), &st) != 0) throw system_error("working directory " + o.cwd, errno);
+    if (!S_ISDIR(st.st_mode)) throw system_error("working directory " + o.cwd, ENOTDIR);
+    posix_spawn_file_actions_addchdir_np(&plan.actions, o.cwd.c_str());
+  }
 
   short flags = POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF;
   if (o.new_process_group) {
@@ -220,6 +227,8 @@ std::optional<ExitStatus> Child::try_wait() {
 
 ExitStatus Child::wait() {
   if (status_) return *status_;
+  // waitpid(-1) would reap some other child of ours.
+  if (pid_ <= 0) throw Error(Exit::Software, "wait on a Child that has no process");
   int st = 0;
   pid_t r;
   do r = ::waitpid(pid_, &st, 0); while (r < 0 && errno == EINTR);

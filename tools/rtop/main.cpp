@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
       if (count < 0) usage_error("--count must not be negative");
       double every = parse_duration(interval);
       if (every <= 0) usage_error("--interval must be positive");
-      Sampler sampler;
+      Sampler sampler(probe_opt.use_nvml);
       Printer out(std::cout, opts.format(), sample_columns(), /*streaming=*/true);
       for (std::int64_t i = 0; count == 0 || i < count; ++i) out.print(sampler.next(every));
       return 0;

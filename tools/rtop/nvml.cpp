@@ -51,9 +51,13 @@ struct Nvml::Api {
   nvmlReturn_t (*power)(nvmlDevice_t, unsigned int*) = nullptr;
   nvmlReturn_t (*nvlink_state)(nvmlDevice_t, unsigned int, int*) = nullptr;
   nvmlReturn_t (*nvlink_remote_pci)(nvmlDevice_t, unsigned int, nvmlPciInfo_t*) = nullptr;
-  nvmlDevice_t device(int index) const {
+  nvmlDevice_t device(int index, std::string* why = nullptr) const {
     nvmlDevice_t d = nullptr;
-    if (handle(static_cast<unsigned int>(index), &d) != kNvmlSuccess) return nullptr;
+    nvmlReturn_t rc = handle(static_cast<unsigned int>(index), &d);
+    if (rc != kNvmlSuccess) {
+      if (why) *why = error_string ? error_string(rc) : "error " + std::to_string(rc);
+      return nullptr;
+    }
     return d;
   }
 };
@@ -116,10 +120,10 @@ int Nvml::device_count() const {
   return static_cast<int>(n);
 }
 
-NvmlDevice Nvml::device(int index) const {
+std::optional<NvmlDevice> Nvml::device(int index, std::string* why) const {
   NvmlDevice out;
-  nvmlDevice_t d = api_->device(index);
-  if (!d) return out;
+  nvmlDevice_t d = api_->device(index, why);
+  if (!d) return std::nullopt;
   char buf[96] = {};
   if (api_->name(d, buf, sizeof buf) == kNvmlSuccess) out.name = buf;
   char uuid[96] = {};
@@ -141,10 +145,10 @@ NvmlDevice Nvml::device(int index) const {
   return out;
 }
 
-NvmlUsage Nvml::usage(int index) const {
+std::optional<NvmlUsage> Nvml::usage(int index) const {
   NvmlUsage out;
   nvmlDevice_t d = api_->device(index);
-  if (!d) return out;
+  if (!d) return std::nullopt;
   nvmlUtilization_t u{};
   if (api_->utilization && api_->utilization(d, &u) == kNvmlSuccess) out.util = u.gpu / 100.0;
   nvmlMemory_t mem{};

@@ -38,9 +38,13 @@ class Nvml {
   Nvml& operator=(const Nvml&) = delete;
 
   std::string driver_version() const;
+  // All GPUs, including those NVML refuses to open (nvmlDeviceGetCount_v2 counts GPUs
+  // that a cgroup or permissions hide from this process).
   int device_count() const;
-  NvmlDevice device(int index) const;
-  NvmlUsage usage(int index) const;
+  // nullopt when NVML refuses the GPU's handle (e.g. "Insufficient Permissions"); `why`
+  // then says so.
+  std::optional<NvmlDevice> device(int index, std::string* why = nullptr) const;
+  std::optional<NvmlUsage> usage(int index) const;
 
   struct Api;  // function pointers resolved from the library
 

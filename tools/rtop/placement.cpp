@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -81,8 +82,10 @@ std::vector<RankPlacement> place(const Topology& t, const PlaceRequest& req) {
     // GPUs grouped by NUMA node; a rank takes its GPUs from one node where it can.
     std::map<int, std::vector<int>> gpus_by_node;  // -1: unknown node
     for (const auto& gpu : t.gpus) gpus_by_node[gpu.numa_node.value_or(-1)].push_back(gpu.index);
-    std::vector<int> order;  // node visiting order for ranks
-    for (const auto& [node, list] : gpus_by_node) order.push_back(node);
+    std::vector<int> order;  // node visiting order for ranks; GPUs of unknown node last
+    for (const auto& [node, list] : gpus_by_node)
+      if (node >= 0) order.push_back(node);
+    if (gpus_by_node.count(-1)) order.push_back(-1);
     std::size_t cursor = 0;
     for (int r = 0; r < n; ++r) {
       std::optional<int> pick;
@@ -150,7 +153,7 @@ std::vector<RankPlacement> place(const Topology& t, const PlaceRequest& req) {
       if (gpu.numa_node && p.numa_node != gpu.numa_node) p.numa_local = false;
     }
     // Nearest NIC: best link from the first GPU, else same NUMA node; least used wins ties.
-    int best = 99;
+    int best = std::numeric_limits<int>::max();  // keys are score * 1000 + uses
     for (std::size_t k = 0; k < t.nics.size(); ++k) {
       int score = 8;
       if (!p.gpus.empty() && static_cast<std::size_t>(p.gpus.front()) < t.gpu_nic_links.size())

@@ -38,10 +38,10 @@ double utilisation(const CpuTimes& a, const CpuTimes& b) {
   return std::min(1.0, busy / static_cast<double>(b.total - a.total));
 }
 
-Sampler::Sampler() {
+Sampler::Sampler(bool use_nvml) {
   last_ = parse_proc_stat(read_file("/proc/stat"));
   std::string why;
-  nvml_ = Nvml::load(why);
+  if (use_nvml) nvml_ = Nvml::load(why);
 }
 
 namespace {
@@ -83,10 +83,11 @@ Json Sampler::next(double interval_s) {
   if (nvml_) {
     int n = nvml_->device_count();
     for (int i = 0; i < n; ++i) {
-      NvmlUsage u = nvml_->usage(i);
+      std::optional<NvmlUsage> u = nvml_->usage(i);
+      if (!u) continue;  // refused by NVML; skipped, as the topology skips it, so indices match
       auto opt = [](const auto& v) { return v ? Json(*v) : Json(nullptr); };
-      gpus.push_back({{"index", i}, {"util", opt(u.util)}, {"memory_used_bytes", opt(u.memory_used_bytes)},
-                      {"memory_total_bytes", opt(u.memory_total_bytes)}, {"power_w", opt(u.power_w)}});
+      gpus.push_back({{"index", gpus.size()}, {"util", opt(u->util)}, {"memory_used_bytes", opt(u->memory_used_bytes)},
+                      {"memory_total_bytes", opt(u->memory_total_bytes)}, {"power_w", opt(u->power_w)}});
     }
   }
   j["gpus"] = gpus;

@@ -31,7 +31,7 @@ double utilisation(const CpuTimes& before, const CpuTimes& after);
 
 class Sampler {
  public:
-  Sampler();
+  explicit Sampler(bool use_nvml = true);
   // Waits `interval_s` after the previous reading and returns a record.
   Json next(double interval_s);
 

@@ -45,6 +45,7 @@ TopoPtr load_hwloc(const ProbeOptions& opt) {
       throw Error(Exit::DataErr, fmt::format("{}: not an hwloc XML topology", opt.xml_path));
   }
   hwloc_topology_set_io_types_filter(raw, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+  hwloc_topology_set_icache_types_filter(raw, HWLOC_TYPE_FILTER_KEEP_ALL);  // as lstopo shows them
   if (hwloc_topology_load(raw) != 0) {
     if (!opt.xml_path.empty())
       throw Error(Exit::DataErr, fmt::format("{}: not an hwloc XML topology", opt.xml_path));
@@ -88,10 +89,20 @@ struct Endpoint {
   std::optional<int> numa;
 };
 
-std::string classify(hwloc_topology_t topo, const Endpoint& a, const Endpoint& b) {
+// The nearest object above both. Not hwloc_get_common_ancestor_obj: it compares
+// depths, and I/O objects have negative virtual depths, so for two devices at
+// different PCI depths it climbs past the root and dereferences null.
+hwloc_obj_t common_ancestor(hwloc_obj_t a, hwloc_obj_t b) {
+  for (hwloc_obj_t x = a; x; x = x->parent)
+    for (hwloc_obj_t y = b; y; y = y->parent)
+      if (x == y) return x;
+  return nullptr;
+}
+
+std::string classify(const Endpoint& a, const Endpoint& b) {
   if (a.pci && b.pci) {
     if (a.pci == b.pci) return "X";
-    hwloc_obj_t anc = hwloc_get_common_ancestor_obj(topo, a.pci, b.pci);
+    hwloc_obj_t anc = common_ancestor(a.pci, b.pci);
     if (anc && anc->type == HWLOC_OBJ_BRIDGE) {
       if (anc->attr->bridge.upstream_type == HWLOC_OBJ_BRIDGE_HOST) return "PHB";
       return std::max(bridges_between(a.pci, anc), bridges_between(b.pci, anc)) <= 1 ? "PIX" : "PXB";
@@ -143,7 +154,9 @@ std::vector<FixtureGpu> read_fixture(const std::string& path, const std::vector<
     if (g.contains("memory_bytes")) f.gpu.memory_bytes = json_get<std::uint64_t>(g, "memory_bytes", where);
     if (g.contains("pci_bus_id")) f.gpu.pci_bus_id = normalize_bus_id(json_get<std::string>(g, "pci_bus_id", where));
     if (g.contains("numa_node")) {
-      int n = json_get<int>(g, "numa_node", where);
+      if (!g["numa_node"].is_number_integer())
+        throw Error(Exit::DataErr, where + ": \"numa_node\" must be an integer");
+      int n = g["numa_node"].get<int>();
       auto it = std::find_if(numas.begin(), numas.end(), [&](const NumaNode& m) { return m.os_index == n; });
       if (it == numas.end())
         throw Error(Exit::DataErr, fmt::format("{}: numa_node {} is not in the topology ({} NUMA nodes)",
@@ -298,7 +311,8 @@ Topology probe(const ProbeOptions& opt) {
       Disk d;
       d.name = os->name;
       d.nvme = d.name.rfind("nvme", 0) == 0;
-      if (std::string size = info(os, "Size"); !size.empty()) d.size_bytes = std::stoull(size) * 1024;
+      if (std::string size = info(os, "Size"); !size.empty() && size.find_first_not_of("0123456789") == std::string::npos)
+        d.size_bytes = std::stoull(size) * 1024;  // hwloc gives KiB
       if (pci) {
         d.pci_bus_id = bus_id_of(pci);
         d.numa_node = numa_of(topo, pci);
@@ -320,28 +334,33 @@ Topology probe(const ProbeOptions& opt) {
   if (nvml) {
     std::string driver = nvml->driver_version();
     int count = nvml->device_count();
+    std::string refused;
     for (int i = 0; i < count; ++i) {
-      NvmlDevice d = nvml->device(i);
+      // GPUs NVML will not open (hidden by a cgroup, no permission) are not ours to use.
+      std::optional<NvmlDevice> d = nvml->device(i, &refused);
+      if (!d) continue;
       Gpu g;
-      g.index = i;
-      g.name = d.name;
-      g.uuid = d.uuid;
-      g.memory_bytes = d.memory_bytes;
-      g.pci_bus_id = d.pci_bus_id;
+      g.index = static_cast<int>(t.gpus.size());  // indices stay dense: placement indexes gpus by it
+      g.name = d->name;
+      if (!d->uuid.empty()) g.uuid = d->uuid;
+      g.memory_bytes = d->memory_bytes;
+      if (!d->pci_bus_id.empty()) g.pci_bus_id = d->pci_bus_id;
       if (!driver.empty()) g.driver = driver;
       g.source = "nvml";
       Endpoint e;
-      if (auto it = pci_by_bus.find(d.pci_bus_id); it != pci_by_bus.end()) {
+      if (auto it = pci_by_bus.find(d->pci_bus_id); it != pci_by_bus.end()) {
         e.pci = it->second;
         g.numa_node = numa_of(topo, e.pci);
         g.cpus = local_cpus(topo, e.pci);
       }
       e.numa = g.numa_node;
-      nvlinks_by_bus[d.pci_bus_id] = d.nvlinks;
+      if (g.pci_bus_id) nvlinks_by_bus[*g.pci_bus_id] = d->nvlinks;
       t.gpus.push_back(g);
       gpu_ends.push_back(e);
     }
-    from_nvml = count > 0;
+    from_nvml = !t.gpus.empty();
+    if (count > 0 && !from_nvml)
+      t.nvml_error = fmt::format("nvmlDeviceGetHandleByIndex: {} (all {} GPUs)", refused, count);
   }
   if (!from_nvml) {
     for (const auto& [bus, pci] : pci_by_bus) {
@@ -391,22 +410,25 @@ Topology probe(const ProbeOptions& opt) {
     }
   }
 
-  auto matrix = [&](const std::vector<Endpoint>& rows, const std::vector<Endpoint>& cols, bool gpu_pairs) {
+  // `square`: rows and columns are the same devices (X on the diagonal); NVLink
+  // counts are indexed by GPU, so only the GPU × GPU matrix looks them up.
+  auto matrix = [&](const std::vector<Endpoint>& rows, const std::vector<Endpoint>& cols, bool square,
+                    bool gpu_pairs) {
     std::vector<std::vector<std::string>> m(rows.size(), std::vector<std::string>(cols.size()));
     for (std::size_t i = 0; i < rows.size(); ++i)
       for (std::size_t j = 0; j < cols.size(); ++j) {
-        if (gpu_pairs && i == j) {
+        if (square && i == j) {
           m[i][j] = "X";
           continue;
         }
         int nv = gpu_pairs ? nvlinks[static_cast<int>(i)][static_cast<int>(j)] : 0;
-        m[i][j] = nv > 0 ? fmt::format("NV{}", nv) : classify(topo, rows[i], cols[j]);
+        m[i][j] = nv > 0 ? fmt::format("NV{}", nv) : classify(rows[i], cols[j]);
       }
     return m;
   };
-  t.gpu_links = matrix(gpu_ends, gpu_ends, true);
-  t.gpu_nic_links = matrix(gpu_ends, nic_ends, false);
-  t.nic_links = matrix(nic_ends, nic_ends, true);
+  t.gpu_links = matrix(gpu_ends, gpu_ends, true, true);
+  t.gpu_nic_links = matrix(gpu_ends, nic_ends, false, false);
+  t.nic_links = matrix(nic_ends, nic_ends, true, false);
   return t;
 }
 

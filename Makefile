@@ -1,0 +1,60 @@
+# rkit: thin wrapper over CMake and the test runners. See README.md.
+#   make            Release build in build/
+#   make test       install what is missing, build, run every test (unit, CLI, completions)
+#   make demo       install what is missing, build, run the main job end to end
+#   make bench      benchmarks against the anchors: JSON in bench/results/ plus a ratio table
+#   make install    install to PREFIX (default /usr/local)
+#   make package    .deb and .tar.gz in dist/
+#   make gpu-check  build with CUDA and run the checks that need a real GPU
+#   make deps       install the Debian packages the above need (root)
+
+PREFIX ?= /usr/local
+BUILD ?= build
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+MAKEFLAGS += --no-print-directory
+
+.PHONY: all build deps test demo bench install package gpu-check completions clean
+
+all: build
+
+deps:
+	@packaging/install-deps.sh
+
+$(BUILD)/CMakeCache.txt:
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
+
+build: $(BUILD)/CMakeCache.txt
+	@cmake --build $(BUILD) -j $(JOBS) 2>&1 | grep -v -E '^\[ *[0-9]+%\]|^-- ' || true
+	@test -x $(BUILD)/tools/rtop/rtop || { echo "make: error: build failed" >&2; exit 1; }
+
+test: deps build
+	@tests/run.sh $(BUILD)
+
+demo: deps build
+	@examples/demo.sh $(BUILD)
+
+bench: deps build
+	@bench/run.sh $(BUILD)
+
+install: build
+	@cmake --install $(BUILD) --prefix $(PREFIX)
+
+# Packages come from their own build tree, without the tests.
+package:
+	@cmake -S . -B $(BUILD)-package -DCMAKE_BUILD_TYPE=Release -DRKIT_TESTS=OFF $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(BUILD)-package -j $(JOBS) >/dev/null
+	@cd $(BUILD)-package && cpack -B $(CURDIR)/dist >/dev/null && rm -rf $(CURDIR)/dist/_CPack_Packages
+	@ls $(CURDIR)/dist/*.deb $(CURDIR)/dist/*.tar.gz
+
+gpu-check: deps
+	@tests/gpu/gpu-check.sh
+
+completions: build
+	@for t in $(BUILD)/tools/*/; do n=$$(basename $$t); \
+	  $$t/$$n --print-completion bash > completions/bash/$$n; \
+	  $$t/$$n --print-completion zsh > completions/zsh/_$$n; \
+	  $$t/$$n --print-completion fish > completions/fish/$$n.fish; done
+
+clean:
+	@rm -rf $(BUILD) dist

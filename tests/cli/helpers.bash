@@ -1,0 +1,17 @@
+# Shared setup for the Bats tests: the built tools on PATH, bats-assert loaded.
+bats_load_library bats-support
+bats_load_library bats-assert
+bats_load_library bats-file
+
+RKIT_BUILD_DIR=${RKIT_BUILD_DIR:-$(cd "$BATS_TEST_DIRNAME/../.." && pwd)/build}
+RKIT_ROOT=$(cd "$BATS_TEST_DIRNAME/../.." && pwd)
+FIXTURES=$RKIT_ROOT/tests/fixtures
+for dir in "$RKIT_BUILD_DIR"/tools/*/; do PATH="$dir:$PATH"; done
+export PATH RKIT_ROOT FIXTURES RKIT_BUILD_DIR
+
+# Asserts that stderr (captured by `run --separate-stderr`) is exactly one line.
+assert_one_line_stderr() {
+  local n
+  n=$(printf '%s' "$stderr" | grep -c '' || true)
+  [[ "$n" -eq 1 ]] || { echo "expected one line on stderr, got $n: $stderr" >&2; return 1; }
+}

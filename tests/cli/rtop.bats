@@ -1,0 +1,217 @@
+#!/usr/bin/env bats
+# rtop end to end: records, counts against hwloc's own tools, placement, exit codes.
+bats_require_minimum_version 1.5.0
+load helpers
+
+SYN="pack:2 numa:2 core:8 pu:2"
+
+@test "rtop --json is one valid rkit.topology.v1 record" {
+  run --separate-stderr rtop --json
+  assert_success
+  [ "$(printf '%s\n' "$output" | wc -l)" -eq 1 ]
+  run jq -r .schema <<<"$output"
+  assert_output "rkit.topology.v1"
+}
+
+@test "rtop --json core and thread counts equal hwloc-calc's" {
+  json=$(rtop --json)
+  [ "$(jq .cores <<<"$json")" -eq "$(hwloc-calc --number-of core all)" ]
+  [ "$(jq .pus <<<"$json")" -eq "$(hwloc-calc --number-of pu all)" ]
+  [ "$(jq .numa_node_count <<<"$json")" -eq "$(hwloc-calc --number-of numa all)" ]
+}
+
+@test "rtop --synthetic counts equal hwloc-calc's on the same description" {
+  json=$(rtop --synthetic "$SYN" --json)
+  [ "$(jq .cores <<<"$json")" -eq "$(hwloc-calc -i "$SYN" --number-of core all)" ]
+  [ "$(jq .pus <<<"$json")" -eq "$(hwloc-calc -i "$SYN" --number-of pu all)" ]
+  [ "$(jq .numa_node_count <<<"$json")" -eq 4 ]
+}
+
+@test "rtop --input reads an XML exported by lstopo from this machine" {
+  xml="$BATS_TEST_TMPDIR/here.xml"
+  lstopo-no-graphics --of xml "$xml"
+  a=$(rtop --json | jq -c '{cores, pus, numa_node_count, caches}')
+  b=$(rtop --input "$xml" --json | jq -c '{cores, pus, numa_node_count, caches}')
+  assert_equal "$b" "$a"
+  run jq -r .source < <(rtop --input "$xml" --json)
+  assert_output xml
+}
+
+@test "rtop without flags prints a readable summary" {
+  run rtop
+  assert_success
+  assert_line --regexp '^host +'
+  assert_line --regexp '^layout +[0-9]+ sockets?, [0-9]+ NUMA nodes?, [0-9]+ cores, [0-9]+ threads'
+  assert_line --regexp '^(gpus|nics|nvme)'
+  refute_output --partial '{'
+}
+
+@test "place: four disjoint core sets, each inside one NUMA node" {
+  out=$(rtop --synthetic "$SYN" place --ranks 4 --cpus-per-rank 4 --json)
+  [ "$(wc -l <<<"$out")" -eq 4 ]
+  # every record is a placement with 4 cores
+  [ "$(jq -s 'map(select(.schema == "rkit.placement.v1" and (.cores | length) == 4)) | length' <<<"$out")" -eq 4 ]
+  # disjoint: 16 distinct cores and 32 distinct PUs
+  [ "$(jq -s '[.[].cores[]] | unique | length' <<<"$out")" -eq 16 ]
+  [ "$(jq -s '[.[].pus[]] | unique | length' <<<"$out")" -eq 32 ]
+  # each rank's cores are inside its NUMA node, checked against the topology record
+  topo=$(rtop --synthetic "$SYN" --json)
+  bad=$(jq -n --argjson t "$topo" '[inputs] | map(. as $p | ($t.numa_nodes[] | select(.os_index == $p.numa_node) | .cores) as $nc
+          | select($p.numa_node == null or ($p.cores - $nc | length) > 0)) | length' <<<"$out")
+  [ "$bad" -eq 0 ]
+}
+
+@test "place with a 4-GPU fixture: each rank's cores sit on its GPU's NUMA node" {
+  out=$(rtop --synthetic "$SYN" --gpus "$FIXTURES/gpus4.json" place --ranks 4 --cpus-per-rank 4 --gpus-per-rank 1 --json)
+  topo=$(rtop --synthetic "$SYN" --gpus "$FIXTURES/gpus4.json" --json)
+  [ "$(jq -s '[.[].gpus[]] | unique | length' <<<"$out")" -eq 4 ]
+  bad=$(jq -n --argjson t "$topo" '[inputs] | map(. as $p | $t.gpus[$p.gpus[0]].numa_node as $gn
+          | ($t.core_list | map(select(.index as $i | $p.cores | index($i))) | map(.numa_node) | unique) as $cn
+          | select($cn != [$gn] or $p.numa_local != true)) | length' <<<"$out")
+  [ "$bad" -eq 0 ]
+}
+
+@test "place --policy spread puts consecutive ranks on different NUMA nodes" {
+  out=$(rtop --synthetic "$SYN" place --ranks 4 --cpus-per-rank 2 --policy spread --json)
+  [ "$(jq -s '[.[].numa_node] | unique | length' <<<"$out")" -eq 4 ]
+  out=$(rtop --synthetic "$SYN" place --ranks 4 --cpus-per-rank 2 --policy pack --json)
+  [ "$(jq -s '[.[].numa_node] | unique | length' <<<"$out")" -eq 1 ]
+}
+
+@test "place output pipes into jq as CSV and as a table" {
+  run rtop --synthetic "$SYN" place --ranks 2 --csv
+  assert_success
+  assert_line --index 0 "RANK,NUMA,CORES,CPUS,GPUS,NIC,LOCAL"
+  run rtop --synthetic "$SYN" place --ranks 2
+  assert_line --index 0 --regexp '^RANK +NUMA +CORES +CPUS'
+}
+
+@test "an impossible placement exits 65 and says what is short" {
+  run --separate-stderr rtop --synthetic "$SYN" place --ranks 8 --cpus-per-rank 8
+  assert_failure 65
+  assert_one_line_stderr
+  [[ "$stderr" == "rtop: error: not enough cores: 8 ranks × 8 cores need 64, the topology has 32" ]]
+  run --separate-stderr rtop --synthetic "$SYN" place --ranks 2 --gpus-per-rank 1
+  assert_failure 65
+  [[ "$stderr" == *"not enough GPUs"* ]]
+}
+
+@test "a bad flag exits 64 with one line on stderr" {
+  run --separate-stderr rtop --bogus
+  assert_failure 64
+  assert_one_line_stderr
+  [[ "$stderr" == "rtop: error: "* ]]
+  [ -z "$output" ]
+  run --separate-stderr rtop place --ranks notanumber
+  assert_failure 64
+  assert_one_line_stderr
+  run --separate-stderr rtop place
+  assert_failure 64
+  assert_one_line_stderr
+  run --separate-stderr rtop place --ranks 2 --policy sideways
+  assert_failure 64
+  assert_one_line_stderr
+  run --separate-stderr rtop --synthetic "pack:zero"
+  assert_failure 64
+  assert_one_line_stderr
+  run --separate-stderr rtop --json --csv
+  assert_failure 64
+  assert_one_line_stderr
+}
+
+@test "a malformed GPU fixture exits 65 with one line on stderr" {
+  for f in "$FIXTURES"/gpus_bad_*.json; do
+    run --separate-stderr rtop --synthetic "$SYN" --gpus "$f" --json
+    assert_failure 65
+    assert_one_line_stderr
+    [[ "$stderr" == "rtop: error: $f"* ]]
+    [ -z "$output" ]
+  done
+}
+
+@test "a truncated fixture or XML exits 65; a missing one exits 66" {
+  head -c 40 "$FIXTURES/gpus4.json" > "$BATS_TEST_TMPDIR/cut.json"
+  run --separate-stderr rtop --synthetic "$SYN" --gpus "$BATS_TEST_TMPDIR/cut.json"
+  assert_failure 65
+  assert_one_line_stderr
+  lstopo-no-graphics --of xml "$BATS_TEST_TMPDIR/full.xml"
+  head -c 300 "$BATS_TEST_TMPDIR/full.xml" > "$BATS_TEST_TMPDIR/cut.xml"
+  run --separate-stderr rtop --input "$BATS_TEST_TMPDIR/cut.xml"
+  assert_failure 65
+  assert_one_line_stderr
+  run --separate-stderr rtop --input /nonexistent/topo.xml
+  assert_failure 66
+  assert_one_line_stderr
+  run --separate-stderr rtop --gpus /nonexistent/gpus.json
+  assert_failure 66
+  assert_one_line_stderr
+}
+
+@test "an unknown fixture schema major version exits 65 naming the version" {
+  sed 's/rkit.gpu_fixture.v1/rkit.gpu_fixture.v7/' "$FIXTURES/gpus4.json" > "$BATS_TEST_TMPDIR/v7.json"
+  run --separate-stderr rtop --synthetic "$SYN" --gpus "$BATS_TEST_TMPDIR/v7.json"
+  assert_failure 65
+  [[ "$stderr" == *"rkit.gpu_fixture.v7"* ]]
+}
+
+@test "rtop matrix on a fixture machine prints nvidia-smi's layout" {
+  run rtop --synthetic "$SYN" --gpus "$FIXTURES/gpus4.json" matrix
+  assert_success
+  assert_line --index 0 --regexp '^ +GPU0 +GPU1 +GPU2 +GPU3 +CPU Affinity +NUMA Affinity'
+  assert_line --regexp '^GPU0 +X +NV'
+  assert_output --partial 'Legend:'
+  run jq -r .schema < <(rtop --synthetic "$SYN" --gpus "$FIXTURES/gpus4.json" matrix --json)
+  assert_output rkit.link_matrix.v1
+}
+
+@test "rtop sample prints the requested number of rkit.sample.v1 records" {
+  run --separate-stderr rtop sample --count 2 --interval 100ms --json
+  assert_success
+  [ "${#lines[@]}" -eq 2 ]
+  for l in "${lines[@]}"; do
+    jq -e '.schema == "rkit.sample.v1" and (.cpu_util >= 0 and .cpu_util <= 1)
+           and (.cpu_util_per_cpu | length) >= 1 and .memory_total_bytes > 0' <<<"$l" >/dev/null
+  done
+  run --separate-stderr rtop sample --count 1 --interval 0s
+  assert_failure 64
+  run --separate-stderr rtop sample --count 1 --interval soon
+  assert_failure 64
+  assert_one_line_stderr
+  run --separate-stderr rtop --synthetic "$SYN" sample --count 1
+  assert_failure 64
+}
+
+@test "--help goes to stdout and exits 0; --version names tool, version and revision" {
+  run --separate-stderr rtop --help
+  assert_success
+  assert_output --partial 'place'
+  [ -z "$stderr" ]
+  run rtop place --help
+  assert_success
+  assert_output --partial '--ranks'
+  run rtop --version
+  assert_success
+  assert_output --regexp '^rtop [0-9]+\.[0-9]+\.[0-9]+ \(git [0-9a-f]+|unknown\)$'
+}
+
+@test "a bad configuration file exits 78 naming file:line:column" {
+  printf '[rtop]\npolicy = = "pack"\n' > "$BATS_TEST_TMPDIR/bad.toml"
+  run --separate-stderr rtop --config "$BATS_TEST_TMPDIR/bad.toml" --synthetic "$SYN" place --ranks 2
+  assert_failure 78
+  assert_one_line_stderr
+  [[ "$stderr" == *"bad.toml:2:"* ]]
+  printf '[rtop]\npolicy = "spread"\n' > "$BATS_TEST_TMPDIR/good.toml"
+  run rtop --config "$BATS_TEST_TMPDIR/good.toml" --synthetic "$SYN" place --ranks 4 --cpus-per-rank 2 --json
+  assert_success
+  [ "$(jq -s '[.[].numa_node] | unique | length' <<<"$output")" -eq 4 ]
+  RKIT_CONFIG="$BATS_TEST_TMPDIR/good.toml" run rtop --synthetic "$SYN" place --ranks 4 --cpus-per-rank 2 --json
+  [ "$(jq -s '[.[].numa_node] | unique | length' <<<"$output")" -eq 4 ]
+  run --separate-stderr rtop --config /nonexistent.toml --synthetic "$SYN" place --ranks 2
+  assert_failure 66
+}
+
+@test "output to a closed pipe does not hang or print an error" {
+  run bash -c 'rtop --synthetic "pack:64 core:64 pu:2" place --ranks 4096 --cpus-per-rank 1 --json | head -1'
+  assert_success
+  assert_output --partial '"rank":0'
+}

@@ -1,0 +1,255 @@
+#include "rkit/config.hpp"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <functional>
+#include <regex>
+
+#include "test_support.hpp"
+
+namespace rkit {
+namespace {
+
+using testing::EnvGuard;
+using testing::TempDir;
+
+const char* const kSystemConfig = "/etc/rkit/config.toml";
+
+bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+// The environment every config test starts from: none of the variables set, HOME in
+// a temporary directory (so that ~/.config of the machine does not leak in).
+class ConfigTest : public ::testing::Test {
+ protected:
+  ConfigTest() : env_({"RKIT_CONFIG", "XDG_CONFIG_HOME", "HOME", "RKIT_STATE_DIR", "XDG_STATE_HOME"}) {
+    env_.unset("RKIT_CONFIG");
+    env_.unset("XDG_CONFIG_HOME");
+    env_.unset("RKIT_STATE_DIR");
+    env_.unset("XDG_STATE_HOME");
+    env_.set("HOME", dir_.file("home"));
+  }
+
+  std::string make_config(const std::string& rel, const std::string& text) {
+    std::string path = dir_.file(rel);
+    std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+    testing::write(path, text);
+    return path;
+  }
+
+  // What find_config returns when nothing of ours applies.
+  static std::optional<std::string> system_fallback() {
+    if (::access(kSystemConfig, R_OK) == 0) return std::string(kSystemConfig);
+    return std::nullopt;
+  }
+
+  TempDir dir_;
+  EnvGuard env_;
+};
+
+TEST_F(ConfigTest, ExplicitPathWinsOverEverything) {
+  std::string env_file = make_config("env.toml", "");
+  std::string xdg_file = make_config("xdg/rkit/config.toml", "");
+  env_.set("RKIT_CONFIG", env_file);
+  env_.set("XDG_CONFIG_HOME", dir_.file("xdg"));
+  EXPECT_EQ(find_config("/explicit/c.toml"), "/explicit/c.toml") << "explicit must win even when missing";
+}
+
+TEST_F(ConfigTest, RkitConfigWinsOverXdg) {
+  std::string env_file = dir_.file("env.toml");  // need not exist: load_config reports it
+  make_config("xdg/rkit/config.toml", "");
+  env_.set("RKIT_CONFIG", env_file);
+  env_.set("XDG_CONFIG_HOME", dir_.file("xdg"));
+  EXPECT_EQ(find_config(""), env_file);
+}
+
+TEST_F(ConfigTest, EmptyRkitConfigIsIgnored) {
+  std::string xdg_file = make_config("xdg/rkit/config.toml", "");
+  env_.set("RKIT_CONFIG", "");
+  env_.set("XDG_CONFIG_HOME", dir_.file("xdg"));
+  EXPECT_EQ(find_config(""), xdg_file);
+}
+
+TEST_F(ConfigTest, XdgConfigHomeIsUsedWhenTheFileExists) {
+  std::string xdg_file = make_config("xdg/rkit/config.toml", "");
+  env_.set("XDG_CONFIG_HOME", dir_.file("xdg"));
+  EXPECT_EQ(find_config(""), xdg_file);
+}
+
+TEST_F(ConfigTest, MissingXdgFileFallsThroughToEtc) {
+  env_.set("XDG_CONFIG_HOME", dir_.file("xdg"));  // no rkit/config.toml there
+  EXPECT_EQ(find_config(""), system_fallback());
+}
+
+TEST_F(ConfigTest, XdgDefaultsToHomeDotConfig) {
+  std::string home_file = make_config("home/.config/rkit/config.toml", "");
+  EXPECT_EQ(find_config(""), home_file);
+}
+
+TEST_F(ConfigTest, NoConfigAnywhereGivesAnEmptyConfig) {
+  EXPECT_EQ(find_config(""), system_fallback());
+  if (system_fallback()) GTEST_SKIP() << kSystemConfig << " exists on this machine";
+  Config cfg = load_config("");
+  EXPECT_TRUE(cfg.path.empty());
+  EXPECT_TRUE(cfg.table.empty());
+  EXPECT_EQ(cfg.get_string("rtop.policy"), std::nullopt);
+}
+
+TEST_F(ConfigTest, MissingExplicitFileIsNoInput) {
+  std::string path = dir_.file("nope.toml");
+  try {
+    load_config(path);
+    FAIL() << "missing --config accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Exit::NoInput);
+    EXPECT_TRUE(contains(e.what(), path)) << e.what();
+  }
+}
+
+TEST_F(ConfigTest, MissingRkitConfigFileIsNoInput) {
+  std::string path = dir_.file("nope.toml");
+  env_.set("RKIT_CONFIG", path);
+  try {
+    load_config("");
+    FAIL() << "missing $RKIT_CONFIG accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Exit::NoInput);
+    EXPECT_TRUE(contains(e.what(), path)) << e.what();
+  }
+}
+
+TEST_F(ConfigTest, LoadsValuesByDottedPath) {
+  std::string path = make_config("c.toml",
+                                 "top = \"level\"\n"
+                                 "[rtop]\n"
+                                 "policy = \"spread\"\n"
+                                 "interval_s = 2.5\n"
+                                 "ranks = 8\n"
+                                 "smt = false\n"
+                                 "[rsub.slurm]\n"
+                                 "partition = \"gpu\"\n");
+  Config cfg = load_config(path);
+  EXPECT_EQ(cfg.path, path);
+  EXPECT_EQ(cfg.get_string("top"), "level");
+  EXPECT_EQ(cfg.get_string("rtop.policy"), "spread");
+  EXPECT_EQ(cfg.get_string("rsub.slurm.partition"), "gpu");
+  EXPECT_EQ(cfg.get_number("rtop.interval_s"), 2.5);
+  EXPECT_EQ(cfg.get_number("rtop.ranks"), 8.0) << "integers are numbers too";
+  EXPECT_EQ(cfg.get_bool("rtop.smt"), false);
+  EXPECT_EQ(cfg.get_string("rtop.missing"), std::nullopt);
+  EXPECT_EQ(cfg.get_number("nothere.at.all"), std::nullopt);
+  EXPECT_EQ(cfg.get_bool("rcost.x"), std::nullopt);
+}
+
+TEST_F(ConfigTest, LoadsTheFileFromTheEnvironment) {
+  std::string path = make_config("xdg/rkit/config.toml", "[rtop]\npolicy = \"pack\"\n");
+  env_.set("XDG_CONFIG_HOME", dir_.file("xdg"));
+  Config cfg = load_config("");
+  EXPECT_EQ(cfg.path, path);
+  EXPECT_EQ(cfg.get_string("rtop.policy"), "pack");
+}
+
+Error config_error(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e;
+  }
+  ADD_FAILURE() << "no error thrown";
+  return Error(Exit::Ok, "");
+}
+
+TEST_F(ConfigTest, WrongTypeIsAConfigErrorNamingFileAndKey) {
+  std::string path = make_config("c.toml",
+                                 "[rtop]\n"
+                                 "policy = 3\n"
+                                 "interval_s = \"fast\"\n"
+                                 "smt = \"yes\"\n"
+                                 "ranks = 1\n"
+                                 "enabled = true\n");
+  Config cfg = load_config(path);
+  Error e1 = config_error([&] { cfg.get_string("rtop.policy"); });
+  EXPECT_EQ(e1.code(), Exit::Config);
+  EXPECT_TRUE(contains(e1.what(), path + ":2:")) << e1.what();
+  EXPECT_TRUE(contains(e1.what(), "rtop.policy")) << e1.what();
+
+  Error e2 = config_error([&] { cfg.get_number("rtop.interval_s"); });
+  EXPECT_EQ(e2.code(), Exit::Config);
+  EXPECT_TRUE(contains(e2.what(), "rtop.interval_s")) << e2.what();
+  EXPECT_TRUE(contains(e2.what(), path + ":3:")) << e2.what();
+
+  Error e3 = config_error([&] { cfg.get_bool("rtop.smt"); });
+  EXPECT_EQ(e3.code(), Exit::Config);
+  EXPECT_TRUE(contains(e3.what(), "rtop.smt")) << e3.what();
+
+  Error e4 = config_error([&] { cfg.get_bool("rtop.ranks"); });
+  EXPECT_EQ(e4.code(), Exit::Config) << "an integer is not a boolean";
+  EXPECT_TRUE(contains(e4.what(), "rtop.ranks")) << e4.what();
+
+  Error e5 = config_error([&] { cfg.get_number("rtop.smt"); });
+  EXPECT_EQ(e5.code(), Exit::Config) << "a string is not a number";
+  EXPECT_TRUE(contains(e5.what(), "rtop.smt")) << e5.what();
+
+  Error e7 = config_error([&] { cfg.get_number("rtop.enabled"); });
+  EXPECT_EQ(e7.code(), Exit::Config) << "a boolean is not a number";
+  EXPECT_TRUE(contains(e7.what(), path + ":6:")) << e7.what();
+
+  Error e6 = config_error([&] { cfg.get_string("rtop"); });
+  EXPECT_EQ(e6.code(), Exit::Config) << "a table is not a string";
+}
+
+TEST_F(ConfigTest, ParseErrorNamesFileLineAndColumn) {
+  std::string path = make_config("bad.toml", "ok = 1\n[rtop]\npolicy = = \"x\"\n");
+  Error e = config_error([&] { load_config(path); });
+  EXPECT_EQ(e.code(), Exit::Config);
+  EXPECT_EQ(static_cast<int>(e.code()), 78);
+  EXPECT_TRUE(std::regex_search(std::string(e.what()), std::regex("^" + path + R"(:3:[0-9]+: \S)"))) << e.what();
+}
+
+TEST(ParseToml, ErrorsUseTheRequestedExitCode) {
+  try {
+    parse_toml("a = 1\nb = [1, 2\n", "spec.toml", Exit::DataErr);
+    FAIL() << "bad TOML accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Exit::DataErr);
+    EXPECT_TRUE(std::regex_search(std::string(e.what()), std::regex(R"(^spec\.toml:[23]:[0-9]+: \S)"))) << e.what();
+  }
+  try {
+    parse_toml("x = \n", "<stdin>", Exit::Config);
+    FAIL() << "bad TOML accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Exit::Config);
+    EXPECT_EQ(std::string(e.what()).rfind("<stdin>:1:", 0), 0u) << e.what();
+  }
+}
+
+TEST(ParseToml, ParsesValidText) {
+  toml::table t = parse_toml("[job]\nname = \"train\"\ngpus = 2\n", "spec.toml", Exit::DataErr);
+  EXPECT_EQ(t.at_path("job.name").value<std::string>(), "train");
+  EXPECT_EQ(t.at_path("job.gpus").value<int64_t>(), 2);
+}
+
+TEST_F(ConfigTest, StateDirPrefersRkitStateDir) {
+  env_.set("RKIT_STATE_DIR", "/srv/rkit-state");
+  env_.set("XDG_STATE_HOME", "/xdg/state");
+  EXPECT_EQ(state_dir(), "/srv/rkit-state");
+}
+
+TEST_F(ConfigTest, StateDirUsesXdgStateHome) {
+  env_.set("XDG_STATE_HOME", "/xdg/state");
+  EXPECT_EQ(state_dir(), "/xdg/state/rkit");
+  env_.set("RKIT_STATE_DIR", "");  // empty means unset
+  EXPECT_EQ(state_dir(), "/xdg/state/rkit");
+}
+
+TEST_F(ConfigTest, StateDirDefaultsUnderHome) {
+  EXPECT_EQ(state_dir(), dir_.file("home") + "/.local/state/rkit");
+  struct stat st {};
+  EXPECT_NE(::stat(state_dir().c_str(), &st), 0) << "state_dir() must not create the directory";
+}
+
+}  // namespace
+}  // namespace rkit
