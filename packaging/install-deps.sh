@@ -15,7 +15,7 @@ tests=(
   bats bats-assert bats-support bats-file
   jq hwloc zsh fish groff-base
 )
-bench=(hyperfine)
+bench=(hyperfine bsdextrautils)
 
 wanted=("${build[@]}" "${tests[@]}" "${bench[@]}")
 

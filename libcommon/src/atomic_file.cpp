@@ -7,9 +7,6 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
-#include <iostream>
-#include <iterator>
-#include <sstream>
 #include <vector>
 
 #include "rkit/error.hpp"
@@ -94,37 +91,6 @@ void atomic_write_file(const std::string& path, std::string_view data, mode_t mo
   AtomicFile f(path, mode);
   f.write(data);
   f.commit();
-}
-
-std::string read_file(const std::string& path) {
-  if (path == "-") {
-    std::ostringstream ss;
-    ss << std::cin.rdbuf();
-    if (std::cin.bad()) throw Error(Exit::IoErr, "read stdin: I/O error");
-    return ss.str();
-  }
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw system_error(path, errno);
-  struct stat st {};
-  if (::fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
-    ::close(fd);
-    throw Error(Exit::NoInput, path + ": is a directory");
-  }
-  std::string out;
-  char buf[1 << 16];
-  for (;;) {
-    ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      int err = errno;
-      ::close(fd);
-      throw system_error("read " + path, err);
-    }
-    if (n == 0) break;
-    out.append(buf, static_cast<std::size_t>(n));
-  }
-  ::close(fd);
-  return out;
 }
 
 }  // namespace rkit

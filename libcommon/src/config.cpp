@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <type_traits>
 
-#include "rkit/atomic_file.hpp"
+#include "rkit/file.hpp"
 
 namespace rkit {
 namespace {

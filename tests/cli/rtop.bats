@@ -215,3 +215,14 @@ SYN="pack:2 numa:2 core:8 pu:2"
   assert_success
   assert_output --partial '"rank":0'
 }
+
+@test "matrix --csv has a row and a column per device; the summary has no CSV form" {
+  run rtop --input "$FIXTURES/dgx_like.xml" matrix --csv
+  assert_success
+  assert_line --index 0 "device,GPU0,GPU1,GPU2,GPU3,GPU4,NIC0,NIC1,NIC2,NIC3,cpu_affinity,numa_affinity"
+  assert_line --index 1 "GPU0,X,PIX,PXB,SYS,SYS,PXB,PHB,NODE,SYS,0-15,0"
+  [ "${#lines[@]}" -eq 10 ]
+  run --separate-stderr rtop --csv
+  assert_failure 64
+  assert_one_line_stderr
+}

@@ -1,6 +1,8 @@
 #include "rkit/atomic_file.hpp"
+#include "rkit/file.hpp"
 
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -269,18 +271,36 @@ TEST(ReadFile, EmptyFile) {
 }
 
 TEST(ReadFile, DashReadsStdin) {
-  std::istringstream fake(std::string("from\0stdin\n", 11));
-  std::streambuf* old = std::cin.rdbuf(fake.rdbuf());
+  // read_file("-") reads file descriptor 0, so point it at a file for the test.
+  TempDir dir;
+  std::string path = dir.path() + "/stdin.bin";
+  testing::write(path, std::string("from\0stdin\n", 11));
+  int file = ::open(path.c_str(), O_RDONLY);
+  ASSERT_GE(file, 0);
+  int saved = ::dup(STDIN_FILENO);
+  ::dup2(file, STDIN_FILENO);
+  ::close(file);
   std::string got;
   try {
     got = read_file("-");
   } catch (...) {
-    std::cin.rdbuf(old);
+    ::dup2(saved, STDIN_FILENO);
+    ::close(saved);
     throw;
   }
-  std::cin.rdbuf(old);
-  std::cin.clear();
+  ::dup2(saved, STDIN_FILENO);
+  ::close(saved);
   EXPECT_EQ(got, std::string("from\0stdin\n", 11));
+}
+
+TEST(ReadFile, RefusesInputsOverTheLimit) {
+  try {
+    read_file("/dev/zero", 1 << 20);
+    ADD_FAILURE() << "read all of /dev/zero";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Exit::DataErr);
+    EXPECT_NE(std::string(e.what()).find("larger than 1 MiB"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -69,9 +69,11 @@ int main(int argc, char** argv) {
     }
     if (*matrix) {
       if (opts.format() == Format::Table) print_matrix(topo, std::cout);
+      else if (opts.format() == Format::Csv) print_matrix_csv(topo, std::cout);
       else std::cout << to_json_line(matrix_json(topo)) << '\n';
       return 0;
     }
+    if (opts.format() == Format::Csv) usage_error("the topology record has no CSV form: use --json, or --csv with matrix, place or sample");
     if (opts.format() == Format::Table) print_summary(topo, std::cout);
     else std::cout << to_json_line(topo.to_json()) << '\n';
     return 0;

@@ -111,6 +111,22 @@ void print_matrix(const Topology& t, std::ostream& out) {
   }
 }
 
+void print_matrix_csv(const Topology& t, std::ostream& out) {
+  auto devs = matrix_devices(t);
+  std::vector<Column> columns{{"device", "device"}};
+  for (const auto& d : devs) columns.push_back({d.label, "/links/" + d.label});
+  columns.push_back({"cpu_affinity", "cpu_affinity"});
+  columns.push_back({"numa_affinity", "numa_affinity"});
+  Printer printer(out, Format::Csv, columns);
+  for (std::size_t i = 0; i < devs.size(); ++i) {
+    Json row{{"device", devs[i].label}, {"links", Json::object()}, {"cpu_affinity", devs[i].cpus},
+             {"numa_affinity", devs[i].numa ? Json(*devs[i].numa) : Json(nullptr)}};
+    for (std::size_t j = 0; j < devs.size(); ++j) row["links"][devs[j].label] = link(t, i, j);
+    printer.print(row);
+  }
+  printer.finish();
+}
+
 Json matrix_json(const Topology& t) {
   auto devs = matrix_devices(t);
   Json j;

@@ -17,6 +17,9 @@ void print_summary(const Topology& t, std::ostream& out);
 // The GPU/NIC link matrix as `nvidia-smi topo -m` lays it out, with legends.
 void print_matrix(const Topology& t, std::ostream& out);
 
+// The matrix as CSV: one row per device, a column per device, then CPU and NUMA affinity.
+void print_matrix_csv(const Topology& t, std::ostream& out);
+
 // The same matrix as an rkit.link_matrix.v1 record.
 Json matrix_json(const Topology& t);
 

@@ -4,7 +4,7 @@
 #include <sstream>
 #include <thread>
 
-#include "rkit/atomic_file.hpp"
+#include "rkit/file.hpp"
 #include "rkit/error.hpp"
 
 namespace rkit::rtop {

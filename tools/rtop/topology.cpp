@@ -9,7 +9,7 @@
 #include <memory>
 
 #include "nvml.hpp"
-#include "rkit/atomic_file.hpp"
+#include "rkit/file.hpp"
 #include "rkit/error.hpp"
 
 namespace rkit::rtop {

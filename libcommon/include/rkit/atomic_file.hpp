@@ -44,8 +44,4 @@ class AtomicFile {
 // Writes `data` to `path` atomically (see above).
 void atomic_write_file(const std::string& path, std::string_view data, mode_t mode = 0644);
 
-// Reads a whole file ("-" reads stdin). Throws Error(NoInput) when missing,
-// Error(NoPerm) when unreadable, Error(IoErr) otherwise.
-std::string read_file(const std::string& path);
-
 }  // namespace rkit

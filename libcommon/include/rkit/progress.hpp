@@ -1,6 +1,6 @@
 // File: rkit/progress.hpp
 //
-// A progress bar on stderr for long work. It draws only when stderr is a terminal,
+// A progress bar on stderr for long work, counted in bytes. It draws only when stderr is a terminal,
 // only after the work has run for `show_after_s` (short work stays silent), and at
 // most ten times a second; finish() clears the line.
 //
