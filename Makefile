@@ -14,6 +14,8 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 MAKEFLAGS += --no-print-directory
 
+SHELL := /bin/bash
+
 .PHONY: all build deps test demo bench install package gpu-check completions clean
 
 all: build
@@ -24,24 +26,28 @@ deps:
 $(BUILD)/CMakeCache.txt:
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
 
+# The build's progress lines are filtered out; its status is the build's own.
 build: $(BUILD)/CMakeCache.txt
-	@cmake --build $(BUILD) -j $(JOBS) 2>&1 | grep -v -E '^\[ *[0-9]+%\]|^-- ' || true
-	@test -x $(BUILD)/tools/rtop/rtop || { echo "make: error: build failed" >&2; exit 1; }
+	@set -o pipefail; cmake --build $(BUILD) -j $(JOBS) 2>&1 | { grep -v -E '^\[ *[0-9]+%\]|^-- ' || true; }
 
-test: deps build
+# deps runs first, then the build (also under make -j).
+test: deps
+	@$(MAKE) build
 	@tests/run.sh $(BUILD)
 
-demo: deps build
+demo: deps
+	@$(MAKE) build
 	@examples/demo.sh $(BUILD)
 
-bench: deps build
+bench: deps
+	@$(MAKE) build
 	@bench/run.sh $(BUILD)
 
 install: build
 	@cmake --install $(BUILD) --prefix $(PREFIX)
 
 # Packages come from their own build tree, without the tests.
-package:
+package: deps
 	@cmake -S . -B $(BUILD)-package -DCMAKE_BUILD_TYPE=Release -DRKIT_TESTS=OFF $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD)-package -j $(JOBS) >/dev/null
 	@cd $(BUILD)-package && cpack -B $(CURDIR)/dist >/dev/null && rm -rf $(CURDIR)/dist/_CPack_Packages

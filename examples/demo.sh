@@ -7,13 +7,13 @@ cd "$(dirname "$0")/.."
 build=$(realpath "${1:-build}")
 for dir in "$build"/tools/*/; do PATH="$dir:$PATH"; done
 export PATH
-server=tests/fixtures/dgx_like.xml   # hwloc XML of a 2-socket, 4-GPU, 2-NIC server
+server=tests/fixtures/dgx_like.xml   # hwloc XML of a 2-socket, 5-GPU, 4-NIC server
 
 if [[ -t 1 ]]; then bold=$'\e[1m' plain=$'\e[0m'; else bold='' plain=''; fi
 step() { printf '\n%s$ %s%s\n' "$bold" "$*" "$plain"; eval "$@"; }
 
 step "rtop"
-step "rtop --json | jq -c '{cores, pus, numa_node_count, gpus: (.gpus | length), nics: [.nics[].name]}'"
+step "rtop --json | jq -c '{core_count, pu_count, numa_node_count, gpus: (.gpus | length), nics: [.nics[].name]}'"
 step "rtop place --ranks 2"
 step "rtop --input $server matrix"
 step "rtop --input $server place --ranks 4 --gpus-per-rank 1 --cpus-per-rank 4"

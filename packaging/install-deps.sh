@@ -16,8 +16,9 @@ tests=(
   jq hwloc zsh fish groff-base
 )
 bench=(hyperfine bsdextrautils)
+package=(dpkg-dev file)   # CPack's .deb generator runs dpkg-shlibdeps
 
-wanted=("${build[@]}" "${tests[@]}" "${bench[@]}")
+wanted=("${build[@]}" "${tests[@]}" "${bench[@]}" "${package[@]}")
 
 missing=()
 for pkg in "${wanted[@]}"; do

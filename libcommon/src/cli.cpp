@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cerrno>
 #include <iostream>
 
 #include "rkit/completion.hpp"
@@ -41,16 +42,34 @@ const Config& Tool::config() {
 
 void usage_error(const std::string& message) { throw Error(Exit::Usage, message); }
 
+void check_stdout() {
+  errno = 0;
+  std::cout.flush();
+  if (std::cout) return;
+  int err = errno ? errno : EIO;
+  std::cout.clear();
+  throw system_error("write stdout", err);  // EPIPE, ENOSPC (a full disk), EIO → 74
+}
+
+int Tool::finish_output(int code) {
+  try {
+    check_stdout();
+  } catch (const Error& e) {
+    return report_error(name_, e, std::cerr);
+  }
+  return code;
+}
+
 int Tool::run(int argc, char** argv, const std::function<int()>& body) {
   try {
     app_.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
-    return app_.exit(e, std::cout, std::cerr);
+    return finish_output(app_.exit(e, std::cout, std::cerr));
   } catch (const CLI::CallForAllHelp& e) {
-    return app_.exit(e, std::cout, std::cerr);
+    return finish_output(app_.exit(e, std::cout, std::cerr));
   } catch (const CLI::CallForVersion& e) {
     std::cout << e.what() << '\n';
-    return 0;
+    return finish_output(0);
   } catch (const CLI::ParseError& e) {
     std::string msg = e.what();
     for (char& c : msg)
@@ -61,10 +80,13 @@ int Tool::run(int argc, char** argv, const std::function<int()>& body) {
   try {
     if (!completion_shell_.empty()) {
       std::cout << completion_script(app_, completion_shell_);
-      return 0;
+      return finish_output(0);
     }
     if (opts_.json && opts_.csv) usage_error("--json and --csv exclude each other");
-    return body();
+    config();  // a broken or missing configuration file is reported whatever the command
+    int code = body();
+    check_stdout();
+    return code;
   } catch (const std::exception& e) {
     return report_error(name_, e, std::cerr, opts_.verbose);
   }

@@ -28,12 +28,17 @@ std::optional<T> typed(const Config& cfg, std::string_view key, std::string_view
   if constexpr (std::is_same_v<T, double>) v = node.value<T>();  // integers are numbers too
   else v = node.value_exact<T>();  // TOML is typed: `smt = 1` is not a boolean
   if (v) return v;
-  const auto& src = node.node()->source();
-  throw Error(Exit::Config, fmt::format("{}:{}:{}: '{}' must be a {}", cfg.path, src.begin.line,
-                                        src.begin.column, key, type_name));
+  throw Error(Exit::Config, fmt::format("{}: '{}' must be a {}", cfg.where(key), key, type_name));
 }
 
 }  // namespace
+
+std::string Config::where(std::string_view key) const {
+  toml::node_view<const toml::node> node = table.at_path(key);
+  if (!node) return path;
+  const auto& src = node.node()->source();
+  return fmt::format("{}:{}:{}", path, src.begin.line, src.begin.column);
+}
 
 std::optional<std::string> Config::get_string(std::string_view key) const {
   return typed<std::string>(*this, key, "string");

@@ -1,6 +1,9 @@
 #include "rkit/printer.hpp"
 
 #include <algorithm>
+#include <cerrno>
+
+#include "rkit/error.hpp"
 
 namespace rkit {
 
@@ -61,7 +64,7 @@ void Printer::print(const Json& record) {
   switch (format_) {
     case Format::Json:
       out_ << to_json_line(record) << '\n';
-      if (streaming_) out_.flush();
+      if (streaming_) flush_checked();
       return;
     case Format::Csv: {
       if (!header_done_) {
@@ -76,6 +79,7 @@ void Printer::print(const Json& record) {
         line += csv_quote(cell(lookup(record, columns_[i]), ""));
       }
       out_ << line << '\n';
+      if (streaming_) flush_checked();
       return;
     }
     case Format::Table: {
@@ -97,10 +101,16 @@ void Printer::print(const Json& record) {
         header_done_ = true;
       }
       write_table_row(row);
-      out_.flush();
+      flush_checked();
       return;
     }
   }
+}
+
+void Printer::flush_checked() {
+  errno = 0;
+  out_.flush();
+  if (!out_) throw system_error("write output", errno ? errno : EIO);
 }
 
 void Printer::finish() {

@@ -15,6 +15,7 @@
 #include <csignal>
 #include <cstring>
 #include <fmt/format.h>
+#include <span>
 
 #include "rkit/error.hpp"
 
@@ -50,6 +51,37 @@ void close_fd(int& fd) {
   if (fd >= 0) ::close(fd);
   fd = -1;
 }
+
+// Blocks `signals` in the calling thread while alive, then restores the previous mask.
+// With `discard`, those that became pending meanwhile are dropped instead of being
+// delivered (unless they were already blocked before).
+class SignalBlock {
+ public:
+  SignalBlock(std::span<const int> signals, bool discard) : discard_(discard) {
+    sigemptyset(&set_);
+    for (int s : signals) sigaddset(&set_, s);
+    pthread_sigmask(SIG_BLOCK, &set_, &old_);
+  }
+  ~SignalBlock() {
+    if (discard_) {
+      sigset_t drop;
+      sigemptyset(&drop);
+      for (int s = 1; s < NSIG; ++s)
+        if (sigismember(&set_, s) == 1 && sigismember(&old_, s) == 0) sigaddset(&drop, s);
+      struct timespec zero {};
+      siginfo_t info;
+      while (sigtimedwait(&drop, &info, &zero) > 0) {
+      }
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  SignalBlock(const SignalBlock&) = delete;
+  SignalBlock& operator=(const SignalBlock&) = delete;
+
+ private:
+  sigset_t set_, old_;
+  bool discard_;
+};
 
 // Owns the spawn attribute objects and the parent's ends of pipes until spawn.
 struct SpawnPlan {
@@ -180,9 +212,10 @@ Child::Child(Child&& other) noexcept { *this = std::move(other); }
 
 Child& Child::operator=(Child&& other) noexcept {
   if (this != &other) {
-    this->~Child();
+    reset();
     pid_ = std::exchange(other.pid_, -1);
     own_group_ = other.own_group_;
+    group_alive_ = std::exchange(other.group_alive_, true);
     in_fd_ = std::exchange(other.in_fd_, -1);
     out_fd_ = std::exchange(other.out_fd_, -1);
     err_fd_ = std::exchange(other.err_fd_, -1);
@@ -192,13 +225,22 @@ Child& Child::operator=(Child&& other) noexcept {
   return *this;
 }
 
-Child::~Child() {
+Child::~Child() { reset(); }
+
+void Child::reset() noexcept {
   if (running()) {
     signal(SIGKILL);
-    wait();
+    // Not wait(), which throws: waitpid fails with ECHILD when SIGCHLD is ignored and
+    // the kernel reaped the child itself. Either way the process is gone.
+    int st = 0;
+    pid_t r;
+    do r = ::waitpid(pid_, &st, 0); while (r < 0 && errno == EINTR);
+    if (r == pid_) status_ = ExitStatus::from_wait(st);
   }
   reset_fds();
   pid_ = -1;
+  status_.reset();
+  group_alive_ = true;
 }
 
 void Child::reset_fds() {
@@ -211,9 +253,14 @@ void Child::reset_fds() {
 void Child::close_stdin() { close_fd(in_fd_); }
 
 void Child::signal(int sig) const {
-  if (!running()) return;
-  if (own_group_) ::kill(-pid_, sig);
-  else ::kill(pid_, sig);
+  if (pid_ <= 0) return;
+  if (own_group_) {
+    // The group outlives a reaped leader while members that ignored our signals
+    // remain; its id cannot be reused until it is empty, which ESRCH tells us.
+    if (group_alive_ && ::kill(-pid_, sig) != 0 && errno == ESRCH) group_alive_ = false;
+  } else if (running()) {
+    ::kill(pid_, sig);
+  }
 }
 
 std::optional<ExitStatus> Child::try_wait() {
@@ -270,11 +317,10 @@ RunResult run(const SpawnOptions& options, std::optional<double> timeout_s, doub
   int out_fd = child.take_stdout_fd();
   int err_fd = child.take_stderr_fd();
 
-  // Block SIGPIPE while feeding stdin so that a child that stops reading gives EPIPE.
-  sigset_t pipe_set, old_set;
-  sigemptyset(&pipe_set);
-  sigaddset(&pipe_set, SIGPIPE);
-  pthread_sigmask(SIG_BLOCK, &pipe_set, &old_set);
+  // Block SIGPIPE while feeding stdin so that a child that stops reading gives EPIPE;
+  // one left pending is dropped, also when we throw.
+  constexpr int kSigpipe[] = {SIGPIPE};
+  SignalBlock no_sigpipe(kSigpipe, /*discard=*/true);
   if (in_fd >= 0) {
     ::fcntl(in_fd, F_SETFL, O_NONBLOCK);
     if (input.empty()) close_fd(in_fd);
@@ -345,11 +391,10 @@ RunResult run(const SpawnOptions& options, std::optional<double> timeout_s, doub
   close_fd(in_fd);
   close_fd(out_fd);
   close_fd(err_fd);
-  struct timespec zero {};
-  siginfo_t info;
-  while (sigtimedwait(&pipe_set, &info, &zero) > 0) {
-  }
-  pthread_sigmask(SIG_SETMASK, &old_set, nullptr);
+  // The child may have ended on SIGTERM while others in its group ignore it: they get
+  // SIGKILL now, not the rest of the grace (waiting for the group to empty could not
+  // tell them from zombies that no init reaps), so that none outlives the timeout.
+  if (result.timed_out) child.signal(SIGKILL);
 
   result.status = child.wait();
   result.elapsed_s = seconds_since(t0);
@@ -365,11 +410,13 @@ struct sigaction g_old_actions[3];
 constexpr int kForwardedSignals[3] = {SIGINT, SIGTERM, SIGHUP};
 
 void forward_signal(int sig) {
+  int saved_errno = errno;  // the interrupted code may be about to read it
   g_last_signal.store(sig);
   for (auto& g : g_forward_groups) {
     pid_t pg = g.load();
     if (pg > 0) ::kill(-pg, sig);
   }
+  errno = saved_errno;
 }
 }  // namespace
 
@@ -390,6 +437,11 @@ SignalForwarder::~SignalForwarder() {
 }
 
 void SignalForwarder::add(const Child& child) {
+  // kill(-pid) would fail, silently, for a child that is not a group leader.
+  if (child.pid() <= 0 || !child.own_group())
+    throw Error(Exit::Software,
+                fmt::format("cannot forward signals to process {}: it does not lead its own process group",
+                            child.pid()));
   for (auto& g : g_forward_groups) {
     pid_t expected = 0;
     if (g.compare_exchange_strong(expected, child.pid())) return;
@@ -402,6 +454,16 @@ void SignalForwarder::remove(const Child& child) {
     pid_t expected = child.pid();
     g.compare_exchange_strong(expected, 0);
   }
+}
+
+Child SignalForwarder::spawn(const SpawnOptions& options) {
+  // A forwarded signal that arrives meanwhile stays pending until the child is
+  // registered (the child itself starts with an empty mask). Should add() throw, the
+  // child is killed before the signals are unblocked.
+  SignalBlock blocked(kForwardedSignals, /*discard=*/false);
+  Child child = Child::spawn(options);
+  add(child);
+  return child;
 }
 
 int SignalForwarder::last_signal() const { return g_last_signal.load(); }

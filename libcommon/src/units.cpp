@@ -77,16 +77,15 @@ std::uint64_t parse_size(std::string_view text) {
   std::string_view unit = std::string_view(s).substr(n);
   if (!unit.empty() && unit.front() == ' ') unit.remove_prefix(1);
   struct Suffix { std::string_view name; double scale; };
-  static constexpr std::array<Suffix, 16> kSuffixes{{
+  static constexpr std::array<Suffix, 17> kSuffixes{{
       {"", 1}, {"b", 1},
       {"k", 0x1p10}, {"m", 0x1p20}, {"g", 0x1p30}, {"t", 0x1p40}, {"p", 0x1p50},
       {"kib", 0x1p10}, {"mib", 0x1p20}, {"gib", 0x1p30}, {"tib", 0x1p40}, {"pib", 0x1p50},
-      {"kb", 1e3}, {"mb", 1e6}, {"gb", 1e9}, {"tb", 1e12},
+      {"kb", 1e3}, {"mb", 1e6}, {"gb", 1e9}, {"tb", 1e12}, {"pb", 1e15},
   }};
   double scale = -1;
   for (const auto& sfx : kSuffixes)
     if (unit == sfx.name) scale = sfx.scale;
-  if (unit == "pb") scale = 1e15;
   if (scale < 0) bad("size", text, kExpected);
   double bytes = value * scale;
   if (bytes != std::floor(bytes)) bad("size", text, "a whole number of bytes");

@@ -15,23 +15,23 @@ SYN="pack:2 numa:2 core:8 pu:2"
 
 @test "rtop --json core and thread counts equal hwloc-calc's" {
   json=$(rtop --json)
-  [ "$(jq .cores <<<"$json")" -eq "$(hwloc-calc --number-of core all)" ]
-  [ "$(jq .pus <<<"$json")" -eq "$(hwloc-calc --number-of pu all)" ]
+  [ "$(jq .core_count <<<"$json")" -eq "$(hwloc-calc --number-of core all)" ]
+  [ "$(jq .pu_count <<<"$json")" -eq "$(hwloc-calc --number-of pu all)" ]
   [ "$(jq .numa_node_count <<<"$json")" -eq "$(hwloc-calc --number-of numa all)" ]
 }
 
 @test "rtop --synthetic counts equal hwloc-calc's on the same description" {
   json=$(rtop --synthetic "$SYN" --json)
-  [ "$(jq .cores <<<"$json")" -eq "$(hwloc-calc -i "$SYN" --number-of core all)" ]
-  [ "$(jq .pus <<<"$json")" -eq "$(hwloc-calc -i "$SYN" --number-of pu all)" ]
+  [ "$(jq .core_count <<<"$json")" -eq "$(hwloc-calc -i "$SYN" --number-of core all)" ]
+  [ "$(jq .pu_count <<<"$json")" -eq "$(hwloc-calc -i "$SYN" --number-of pu all)" ]
   [ "$(jq .numa_node_count <<<"$json")" -eq 4 ]
 }
 
 @test "rtop --input reads an XML exported by lstopo from this machine" {
   xml="$BATS_TEST_TMPDIR/here.xml"
   lstopo-no-graphics --of xml "$xml"
-  a=$(rtop --json | jq -c '{cores, pus, numa_node_count, caches}')
-  b=$(rtop --input "$xml" --json | jq -c '{cores, pus, numa_node_count, caches}')
+  a=$(rtop --json | jq -c '{core_count, pu_count, numa_node_count, caches}')
+  b=$(rtop --input "$xml" --json | jq -c '{core_count, pu_count, numa_node_count, caches}')
   assert_equal "$b" "$a"
   run jq -r .source < <(rtop --input "$xml" --json)
   assert_output xml
@@ -40,10 +40,43 @@ SYN="pack:2 numa:2 core:8 pu:2"
 @test "rtop without flags prints a readable summary" {
   run rtop
   assert_success
-  assert_line --regexp '^host +'
-  assert_line --regexp '^layout +[0-9]+ sockets?, [0-9]+ NUMA nodes?, [0-9]+ cores, [0-9]+ threads'
-  assert_line --regexp '^(gpus|nics|nvme)'
+  cores=$(hwloc-calc --number-of core all) pus=$(hwloc-calc --number-of pu all)
+  assert_line --regexp '^host +[^ ]+ +\(live\)$'
+  assert_line --regexp "^layout +[0-9]+ sockets?, [0-9]+ NUMA nodes?, $cores cores, $pus threads, [0-9.]+ [KMGT]iB memory$"
+  assert_line --regexp '^caches +L1d [0-9.]+ [KM]iB ×[0-9]+'
+  assert_line --regexp '^  node 0 +[0-9.]+ [KMGT]iB +cores [0-9,-]+ +cpus [0-9,-]+$'
   refute_output --partial '{'
+  run rtop --input "$FIXTURES/dgx_like.xml"
+  assert_line 'layout    2 sockets, 2 NUMA nodes, 16 cores, 32 threads, 256 GiB memory'
+  assert_line --regexp '^  GPU4 +NVIDIA .*\(NUMA 1, 0000:84:00.0\)$'
+  assert_line --regexp '^  mlx5_3 +infiniband +\(NUMA 1, 0000:85:00.0\)  netdev ib3$'
+  assert_line --regexp '^  nvme0n1 +1.75 TiB +\(NUMA 0, 0000:21:00.0\)$'
+}
+
+@test "--input - reads the XML from stdin; empty --input or --synthetic is a usage error" {
+  a=$(rtop --input "$FIXTURES/dgx_like.xml" --json | jq -c '{core_count, gpus: (.gpus | length), nics: (.nics | length)}')
+  b=$(rtop --input - --json < "$FIXTURES/dgx_like.xml" | jq -c '{core_count, gpus: (.gpus | length), nics: (.nics | length)}')
+  assert_equal "$b" "$a"
+  assert_equal "$a" '{"core_count":16,"gpus":5,"nics":4}'
+  run --separate-stderr rtop --input ""
+  assert_failure 64
+  assert_one_line_stderr
+  run --separate-stderr rtop --synthetic ""
+  assert_failure 64
+  assert_one_line_stderr
+  run --separate-stderr rtop --input /dev/zero
+  assert_failure 65
+  assert_one_line_stderr
+  run --separate-stderr rtop --input "$FIXTURES"
+  assert_failure 66
+  assert_one_line_stderr
+}
+
+@test "place on a server with 3 GPUs on one node: GPU ranks go where their cores are free" {
+  out=$(rtop --input "$FIXTURES/dgx_like.xml" place --ranks 4 --gpus-per-rank 1 --cpus-per-rank 4 --json)
+  [ "$(jq -s 'map(select(.numa_local == true)) | length' <<<"$out")" -eq 4 ]
+  assert_equal "$(jq -c -s 'map(.gpus[0])' <<<"$out")" "[0,1,3,4]"
+  assert_equal "$(jq -c -s 'map(.nic)' <<<"$out")" '["mlx5_0","mlx5_0","mlx5_3","mlx5_3"]'
 }
 
 @test "place: four disjoint core sets, each inside one NUMA node" {
@@ -66,7 +99,7 @@ SYN="pack:2 numa:2 core:8 pu:2"
   topo=$(rtop --synthetic "$SYN" --gpus "$FIXTURES/gpus4.json" --json)
   [ "$(jq -s '[.[].gpus[]] | unique | length' <<<"$out")" -eq 4 ]
   bad=$(jq -n --argjson t "$topo" '[inputs] | map(. as $p | $t.gpus[$p.gpus[0]].numa_node as $gn
-          | ($t.core_list | map(select(.index as $i | $p.cores | index($i))) | map(.numa_node) | unique) as $cn
+          | ($t.cores | map(select(.index as $i | $p.cores | index($i))) | map(.numa_node) | unique) as $cn
           | select($cn != [$gn] or $p.numa_local != true)) | length' <<<"$out")
   [ "$bad" -eq 0 ]
 }
@@ -191,7 +224,7 @@ SYN="pack:2 numa:2 core:8 pu:2"
   assert_output --partial '--ranks'
   run rtop --version
   assert_success
-  assert_output --regexp '^rtop [0-9]+\.[0-9]+\.[0-9]+ \(git [0-9a-f]+|unknown\)$'
+  assert_output --regexp '^rtop [0-9]+\.[0-9]+\.[0-9]+ \(git ([0-9a-f]+|unknown)\)$'
 }
 
 @test "a bad configuration file exits 78 naming file:line:column" {
@@ -210,10 +243,52 @@ SYN="pack:2 numa:2 core:8 pu:2"
   assert_failure 66
 }
 
-@test "output to a closed pipe does not hang or print an error" {
-  run bash -c 'rtop --synthetic "pack:64 core:64 pu:2" place --ranks 4096 --cpus-per-rank 1 --json | head -1'
+@test "output that cannot be written exits 74 with one line; a closed pipe ends sampling" {
+  run --separate-stderr rtop --json
+  good=$output
+  run --separate-stderr bash -c 'rtop --json > /dev/full'
+  assert_failure 74
+  assert_one_line_stderr
+  [[ "$stderr" == "rtop: error: write stdout: No space left on device" ]]
+  run --separate-stderr bash -c 'rtop --synthetic "pack:2 core:4 pu:1" place --ranks 2 > /dev/full'
+  assert_failure 74
+  run --separate-stderr bash -c 'rtop --help > /dev/full'
+  assert_failure 74
+  # With SIGPIPE ignored (as some supervisors leave it), an endless sample stops at
+  # the first write after its reader is gone, with exit 74, instead of running on.
+  run --separate-stderr timeout 20 bash -c 'trap "" PIPE; set -o pipefail; rtop sample --interval 50ms --json | head -n 1'
+  assert_failure 74
+  assert_one_line_stderr
+  [[ "$stderr" == "rtop: error: write output: Broken pipe" ]]
+  assert_equal "$(jq -r .schema <<<"$output")" rkit.sample.v1
+  # Otherwise it ends by SIGPIPE (141), as `yes | head` does, or with 74 when this
+  # test runner itself was started with SIGPIPE ignored; either way it stops.
+  run timeout 20 bash -c 'set -o pipefail; rtop sample --interval 50ms --json | head -n 1'
+  [[ $status -eq 141 || $status -eq 74 ]]
+}
+
+@test "the configuration is read by every command: missing --config 66, broken 78" {
+  run --separate-stderr rtop --config /nonexistent.toml --json
+  assert_failure 66
+  assert_one_line_stderr
+  printf 'x = \n' > "$BATS_TEST_TMPDIR/broken.toml"
+  RKIT_CONFIG="$BATS_TEST_TMPDIR/broken.toml" run --separate-stderr rtop sample --count 1 --interval 10ms
+  assert_failure 78
+  [[ "$stderr" == *"broken.toml:1:"* ]]
+  printf '[rtop]\npolicy = "sideways"\n' > "$BATS_TEST_TMPDIR/policy.toml"
+  run --separate-stderr rtop --config "$BATS_TEST_TMPDIR/policy.toml" --synthetic "$SYN" place --ranks 2
+  assert_failure 78
+  [[ "$stderr" == *"policy.toml:2:10: rtop.policy is 'sideways'"* ]]
+}
+
+@test "sample: intervals beyond 1d are refused; CSV cells are flat values" {
+  run --separate-stderr rtop sample --count 1 --interval 2d
+  assert_failure 64
+  assert_one_line_stderr
+  run --separate-stderr rtop sample --count 1 --interval 10ms --csv
   assert_success
-  assert_output --partial '"rank":0'
+  assert_line --index 0 "TIME,CPU,MEM_USED,MEM_TOTAL,LOAD1,GPU_UTIL,GPU_POWER"
+  assert_line --index 1 --regexp '^[0-9.]+,[0-9.e-]+,[0-9]+,[0-9]+,[0-9.]+,,$'
 }
 
 @test "matrix --csv has a row and a column per device; the summary has no CSV form" {

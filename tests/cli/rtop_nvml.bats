@@ -10,8 +10,19 @@ GIB80=85899345920
 setup() {
   FAKE_NVML="$RKIT_BUILD_DIR/tests/fakes/libfake_nvml.so"
   [[ -f "$FAKE_NVML" ]] || fail "$FAKE_NVML is missing: build the fake_nvml target (tests on)"
+  # the same fake without nvmlDeviceGetNvLinkRemoteDeviceType, as older drivers
+  FAKE_NVML_OLD_DRIVER="$RKIT_BUILD_DIR/tests/fakes/libfake_nvml_old_driver.so"
   export RKIT_NVML_LIBRARY="$FAKE_NVML"
-  unset RKIT_FAKE_NVML_GPUS RKIT_FAKE_NVML_FAIL_INIT RKIT_FAKE_NVML_DENY
+  unset RKIT_FAKE_NVML_GPUS RKIT_FAKE_NVML_FAIL_INIT RKIT_FAKE_NVML_DENY RKIT_FAKE_NVML_NVSWITCH \
+    RKIT_FAKE_NVML_FAIL_LINKS
+}
+
+# The number of off-diagonal entries of a GPU link matrix that are not $2 (or diagonal
+# entries that are not X), given the rtop --json record $1.
+off_diagonal_not() {
+  jq --arg want "$2" '.gpu_links as $m | ($m | length) as $n
+    | [range(0; $n) as $i | range(0; $n) as $j
+       | select($m[$i][$j] != (if $i == $j then "X" else $want end))] | length' <<<"$1"
 }
 
 # The number of GPUs NVML reported in a topology record.
@@ -114,10 +125,11 @@ nvml_gpus() { jq '[.gpus[] | select(.source == "nvml")] | length' <<<"$1"; }
   assert_equal "$(jq -c '[.gpus[].power_w] | unique' <<<"$output")" '[312.5]'
   assert_equal "$(jq -c '[.gpus[].memory_total_bytes] | unique' <<<"$output")" "[$GIB80]"
   assert_equal "$(jq -c '[.gpus[].memory_used_bytes] | unique' <<<"$output")" '[21474836480]'
-  # the human table sums the power and lists each GPU's utilisation
+  # the table shows the mean utilisation and the total power of the GPUs
+  assert_equal "$(jq -c "[.gpu_util_mean, .gpu_power_w_total]" <<<"$output")" "[0.37,625]"
   run --separate-stderr rtop sample --count 1 --interval 0.1s
   assert_success
-  assert_line --index 1 --regexp ' 37% 37% +625 W$'
+  assert_line --index 1 --regexp ' 37.0% +625 W$'
 }
 
 @test "fake nvml: rtop sample --no-nvml samples no GPUs" {
@@ -181,4 +193,59 @@ nvml_gpus() { jq '[.gpus[] | select(.source == "nvml")] | length' <<<"$1"; }
   run --separate-stderr rtop place --ranks 2 --gpus-per-rank 1 --json
   assert_success
   assert_equal "$(jq -s -c '[.[].gpus[]] | sort' <<<"$output")" '[0,1]'
+}
+
+@test "fake nvml: NVSwitch machine (RKIT_FAKE_NVML_NVSWITCH=1), 4 GPUs: gpu_links NV18 between every pair" {
+  # As on HGX H100: all 18 links of each GPU end at an NVSwitch, none at another GPU, and
+  # nvidia-smi topo -m shows NV18 between every pair.
+  RKIT_FAKE_NVML_NVSWITCH=1 RKIT_FAKE_NVML_GPUS=4 run --separate-stderr rtop --json
+  assert_success
+  assert_equal "$stderr" ""
+  assert_equal "$(nvml_gpus "$output")" 4
+  assert_equal "$(jq '.gpu_links | length' <<<"$output")" 4
+  assert_equal "$(jq -c '[.gpu_links[] | length] | unique' <<<"$output")" '[4]'
+  assert_equal "$(off_diagonal_not "$output" NV18)" 0
+  # a GPU NVML refuses leaves the others all joined through the switches
+  RKIT_FAKE_NVML_NVSWITCH=1 RKIT_FAKE_NVML_GPUS=4 RKIT_FAKE_NVML_DENY=2 run --separate-stderr rtop --json
+  assert_success
+  assert_equal "$(nvml_gpus "$output")" 3
+  assert_equal "$(off_diagonal_not "$output" NV18)" 0
+}
+
+@test "fake nvml: NVSwitch machine, 4 GPUs: rtop matrix shows NV18" {
+  RKIT_FAKE_NVML_NVSWITCH=1 RKIT_FAKE_NVML_GPUS=4 run --separate-stderr rtop matrix
+  assert_success
+  assert_line --regexp '^ +GPU0 +GPU1 +GPU2 +GPU3 '
+  assert_line --regexp '^GPU0 +X +NV18 +NV18 +NV18 '
+  assert_line --regexp '^GPU1 +NV18 +X +NV18 +NV18 '
+  assert_line --regexp '^GPU2 +NV18 +NV18 +X +NV18 '
+  assert_line --regexp '^GPU3 +NV18 +NV18 +NV18 +X '
+}
+
+@test "fake nvml: a link whose state NVML cannot read hides none of the links after it" {
+  # link 1 of each GPU fails with NVML_ERROR_UNKNOWN; links 0, 2 and 3 still count
+  RKIT_FAKE_NVML_FAIL_LINKS=1 run --separate-stderr rtop --json
+  assert_success
+  assert_equal "$(jq -c .gpu_links <<<"$output")" '[["X","NV3"],["NV3","X"]]'
+  # the first link failing leaves the other three
+  RKIT_FAKE_NVML_FAIL_LINKS=0 run --separate-stderr rtop --json
+  assert_success
+  assert_equal "$(jq -c .gpu_links <<<"$output")" '[["X","NV3"],["NV3","X"]]'
+}
+
+@test "fake nvml: a driver without nvmlDeviceGetNvLinkRemoteDeviceType still finds GPU-to-GPU NVLinks" {
+  [[ -f "$FAKE_NVML_OLD_DRIVER" ]] || fail "$FAKE_NVML_OLD_DRIVER is missing: build the fake_nvml target"
+  RKIT_NVML_LIBRARY="$FAKE_NVML_OLD_DRIVER" RKIT_FAKE_NVML_GPUS=4 run --separate-stderr rtop --json
+  assert_success
+  assert_equal "$stderr" ""
+  assert_equal "$(jq -c .nvml_error <<<"$output")" null
+  assert_equal "$(nvml_gpus "$output")" 4
+  assert_equal "$(off_diagonal_not "$output" NV4)" 0
+  # on an NVSwitch machine such a driver cannot tell a switch from a GPU: the switches'
+  # bus ids match no GPU, so no pair is NVLink-joined
+  RKIT_NVML_LIBRARY="$FAKE_NVML_OLD_DRIVER" RKIT_FAKE_NVML_NVSWITCH=1 RKIT_FAKE_NVML_GPUS=4 \
+    run --separate-stderr rtop --json
+  assert_success
+  assert_equal "$(nvml_gpus "$output")" 4
+  assert_equal "$(jq '[.gpu_links[][] | select(startswith("NV"))] | length' <<<"$output")" 0
 }

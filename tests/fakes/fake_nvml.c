@@ -12,6 +12,9 @@
  *   RKIT_FAKE_NVML_FAIL_INIT=1  nvmlInit_v2 fails with NVML_ERROR_DRIVER_NOT_LOADED (9)
  *   RKIT_FAKE_NVML_DENY=1,3     GPUs whose handle is refused with NVML_ERROR_NO_PERMISSION
  *                               (4), as for GPUs a cgroup hides; they are still counted
+ *   RKIT_FAKE_NVML_NVSWITCH=1   NVSwitch machine (HGX/DGX H100): see below
+ *   RKIT_FAKE_NVML_FAIL_LINKS=0,5  link indices whose nvmlDeviceGetNvLinkState fails with
+ *                               NVML_ERROR_UNKNOWN (999) on every GPU
  *
  * GPU n: name "FAKE NVML GPU n", UUID "GPU-fake-000n", 80 GiB of memory (20 GiB used),
  * PCI bus id "00000000:1n:00.0" (bus 0x10 + n), utilisation 37 %, power 312500 mW;
@@ -20,6 +23,16 @@
  * inactive, and a link index >= 18 (NVML_NVLINK_MAX_LINKS) is NVML_ERROR_INVALID_ARGUMENT.
  * With more than 5 GPUs, 4 links per pair would not fit in 18, so every pair gets
  * 18 / (GPUs - 1) links instead (NV3 for 7 GPUs), the same number seen from both ends.
+ * nvmlDeviceGetNvLinkRemoteDeviceType says NVML_NVLINK_DEVICE_TYPE_GPU (0) for these.
+ *
+ * With RKIT_FAKE_NVML_NVSWITCH=1, as on HGX H100, every GPU has all 18 links active and
+ * each ends at one of 4 NVSwitches (link l at switch l % 4): the remote PCI info is the
+ * switch's, bus id "00000000:Cs:00.0" (bus 0xc0 + s, never a GPU's), and the remote
+ * device type is NVML_NVLINK_DEVICE_TYPE_SWITCH (2); no link joins two GPUs directly.
+ * On an inactive link the remote PCI info and device type are NVML_ERROR_NOT_SUPPORTED.
+ *
+ * Built twice: libfake_nvml.so, and libfake_nvml_old_driver.so (FAKE_NVML_OLD_DRIVER
+ * defined), which, like drivers before nvmlDeviceGetNvLinkRemoteDeviceType, lacks it.
  * Calls before nvmlInit_v2 (or after the matching nvmlShutdown) return
  * NVML_ERROR_UNINITIALIZED, as the real library does; init is reference counted.
  */
@@ -32,6 +45,12 @@
 /* NVML types, laid out as the NVML API reference defines them. */
 typedef int nvmlReturn_t;
 typedef int nvmlEnableState_t;
+typedef enum nvmlIntNvLinkDeviceType_enum {
+  NVML_NVLINK_DEVICE_TYPE_GPU = 0x00,
+  NVML_NVLINK_DEVICE_TYPE_IBMNPU = 0x01,
+  NVML_NVLINK_DEVICE_TYPE_SWITCH = 0x02,
+  NVML_NVLINK_DEVICE_TYPE_UNKNOWN = 0xFF
+} nvmlIntNvLinkDeviceType_t;
 typedef struct nvmlDevice_st* nvmlDevice_t;
 typedef struct nvmlPciInfo_st {
   char busIdLegacy[16];
@@ -67,6 +86,7 @@ enum { NVML_FEATURE_DISABLED = 0, NVML_FEATURE_ENABLED = 1 };
 #define FAKE_MAX_GPUS 16
 #define FAKE_MAX_LINKS 18 /* NVML_NVLINK_MAX_LINKS */
 #define FAKE_LINKS_PER_PEER 4
+#define FAKE_NVSWITCHES 4
 #define FAKE_GIB (1024ULL * 1024ULL * 1024ULL)
 
 struct nvmlDevice_st {
@@ -76,6 +96,8 @@ struct nvmlDevice_st {
 static struct nvmlDevice_st devices[FAKE_MAX_GPUS];
 static unsigned int gpu_count;
 static int denied[FAKE_MAX_GPUS];
+static int nvswitch_mode;
+static int failing_link[FAKE_MAX_LINKS];
 static int init_count;
 
 static int fake_env_int(const char* name, int fallback) {
@@ -113,8 +135,32 @@ static void fake_pci(unsigned int index, nvmlPciInfo_t* pci) {
   snprintf(pci->busId, sizeof pci->busId, "00000000:%02X:00.0", pci->bus);
 }
 
-/* The GPU that `link` of GPU `index` reaches, or -1 when the link is inactive. */
+/* Sets flags[k] for each k in the comma-separated list in $name (0 <= k < n). */
+static void fake_env_list(const char* name, int* flags, int n) {
+  memset(flags, 0, sizeof *flags * (size_t)n);
+  const char* list = getenv(name);
+  for (const char* p = list ? list : ""; *p;) {
+    char* end = NULL;
+    long k = strtol(p, &end, 10);
+    if (end == p) break;
+    if (k >= 0 && k < n) flags[k] = 1;
+    p = *end == ',' ? end + 1 : end;
+  }
+}
+
+/* The PCI info of NVSwitch `s`: not a GPU, and on no GPU's bus. */
+static void fake_switch_pci(unsigned int s, nvmlPciInfo_t* pci) {
+  memset(pci, 0, sizeof *pci);
+  pci->bus = 0xc0 + s;
+  pci->pciDeviceId = 0xfa5710deu; /* fake device id 0xfa57, NVIDIA's vendor id */
+  snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, "0000:%02X:00.0", pci->bus);
+  snprintf(pci->busId, sizeof pci->busId, "00000000:%02X:00.0", pci->bus);
+}
+
+/* The GPU that `link` of GPU `index` reaches, or -1 when the link is inactive or, in
+ * NVSwitch mode, ends at a switch. */
 static int fake_peer(unsigned int index, unsigned int link) {
+  if (nvswitch_mode) return -1;
   unsigned int per_peer = FAKE_LINKS_PER_PEER;
   if (gpu_count > 1 && per_peer * (gpu_count - 1) > FAKE_MAX_LINKS) per_peer = FAKE_MAX_LINKS / (gpu_count - 1);
   unsigned int k = link / per_peer; /* k-th other GPU */
@@ -130,15 +176,9 @@ FAKE_API nvmlReturn_t nvmlInit_v2(void) {
     if (n > FAKE_MAX_GPUS) n = FAKE_MAX_GPUS;
     gpu_count = (unsigned int)n;
     for (unsigned int i = 0; i < gpu_count; ++i) devices[i].index = i;
-    memset(denied, 0, sizeof denied);
-    const char* deny = getenv("RKIT_FAKE_NVML_DENY");
-    for (const char* p = deny ? deny : ""; *p;) {
-      char* end = NULL;
-      long k = strtol(p, &end, 10);
-      if (end == p) break;
-      if (k >= 0 && k < FAKE_MAX_GPUS) denied[k] = 1;
-      p = *end == ',' ? end + 1 : end;
-    }
+    fake_env_list("RKIT_FAKE_NVML_DENY", denied, FAKE_MAX_GPUS);
+    fake_env_list("RKIT_FAKE_NVML_FAIL_LINKS", failing_link, FAKE_MAX_LINKS);
+    nvswitch_mode = fake_env_int("RKIT_FAKE_NVML_NVSWITCH", 0) == 1;
   }
   ++init_count;
   return NVML_SUCCESS;
@@ -238,7 +278,9 @@ FAKE_API nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int
   nvmlReturn_t rc = fake_check(device);
   if (rc != NVML_SUCCESS) return rc;
   if (!isActive || link >= FAKE_MAX_LINKS) return NVML_ERROR_INVALID_ARGUMENT;
-  *isActive = fake_peer(device->index, link) >= 0 ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
+  if (failing_link[link]) return NVML_ERROR_UNKNOWN;
+  int active = nvswitch_mode || fake_peer(device->index, link) >= 0;
+  *isActive = active ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
   return NVML_SUCCESS;
 }
 
@@ -246,8 +288,28 @@ FAKE_API nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device, u
   nvmlReturn_t rc = fake_check(device);
   if (rc != NVML_SUCCESS) return rc;
   if (!pci || link >= FAKE_MAX_LINKS) return NVML_ERROR_INVALID_ARGUMENT;
+  if (nvswitch_mode) {
+    fake_switch_pci(link % FAKE_NVSWITCHES, pci);
+    return NVML_SUCCESS;
+  }
   int peer = fake_peer(device->index, link);
   if (peer < 0) return NVML_ERROR_NOT_SUPPORTED; /* an inactive link reaches nothing */
   fake_pci((unsigned int)peer, pci);
   return NVML_SUCCESS;
 }
+
+#ifndef FAKE_NVML_OLD_DRIVER
+FAKE_API nvmlReturn_t nvmlDeviceGetNvLinkRemoteDeviceType(nvmlDevice_t device, unsigned int link,
+                                                          nvmlIntNvLinkDeviceType_t* pNvLinkDeviceType) {
+  nvmlReturn_t rc = fake_check(device);
+  if (rc != NVML_SUCCESS) return rc;
+  if (!pNvLinkDeviceType || link >= FAKE_MAX_LINKS) return NVML_ERROR_INVALID_ARGUMENT;
+  if (nvswitch_mode) {
+    *pNvLinkDeviceType = NVML_NVLINK_DEVICE_TYPE_SWITCH;
+    return NVML_SUCCESS;
+  }
+  if (fake_peer(device->index, link) < 0) return NVML_ERROR_NOT_SUPPORTED;
+  *pNvLinkDeviceType = NVML_NVLINK_DEVICE_TYPE_GPU;
+  return NVML_SUCCESS;
+}
+#endif

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "rkit/error.hpp"
+#include "test_support.hpp"
 #include "rkit/version.hpp"
 
 namespace rkit {
@@ -199,7 +200,10 @@ TEST(Tool, CommonFlagsWorkAfterASubcommand) {
   int count = 0;
   CLI::App* place = tool.add_subcommand("place", "Place ranks");
   place->add_option("--count", count, "How many ranks");
-  Outcome o = run_tool(tool, {"place", "--count", "4", "--json", "-v", "-q", "--config", "/x/c.toml"},
+  rkit::testing::TempDir dir;
+  const std::string config = dir.file("c.toml");
+  rkit::testing::write(config, "[rtest]\n");
+  Outcome o = run_tool(tool, {"place", "--count", "4", "--json", "-v", "-q", "--config", config},
                        [&] { return place->parsed() ? 0 : 1; });
   EXPECT_EQ(o.code, 0) << o.err;
   EXPECT_TRUE(o.body_ran);
@@ -207,7 +211,15 @@ TEST(Tool, CommonFlagsWorkAfterASubcommand) {
   EXPECT_TRUE(tool.options().json);
   EXPECT_TRUE(tool.options().verbose);
   EXPECT_TRUE(tool.options().quiet);
-  EXPECT_EQ(tool.options().config, "/x/c.toml");
+  EXPECT_EQ(tool.options().config, config);
+}
+
+TEST(Tool, TheConfigurationIsReadBeforeTheBody) {
+  Tool tool("rtest", "Tool");
+  Outcome o = run_tool(tool, {"--config", "/nonexistent/c.toml"});
+  EXPECT_EQ(o.code, 66) << o.err;
+  EXPECT_FALSE(o.body_ran);
+  EXPECT_EQ(count_lines(o.err), 1u) << o.err;
 }
 
 TEST(Tool, UnknownFlagAfterASubcommandIsStillAnError) {

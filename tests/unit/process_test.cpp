@@ -1,6 +1,7 @@
 #include "rkit/process.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -8,6 +9,8 @@
 #include <cerrno>
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -201,6 +204,53 @@ TEST(Run, ChildIgnoringSigtermIsKilledAfterTheGrace) {
   EXPECT_EQ(r.status.shell_code(), 137);
   EXPECT_GE(r.elapsed_s, 0.55);
   EXPECT_LT(r.elapsed_s, 5.0);
+}
+
+TEST(Run, TimeoutKillsGrandchildrenThatIgnoreSigterm) {
+  // Once the child has ended, its group still has members: run() must not return
+  // before they got SIGKILL, whether the child ended on SIGTERM or on SIGKILL.
+  for (std::string outer : {"", "trap '' TERM; "}) {
+    TempDir dir;
+    std::string pidfile = dir.file("bg.pid");
+    RunResult r = run(sh(outer + "(trap '' TERM; sleep 30) & echo $! > " + pidfile + "; sleep 30"), 0.5,
+                      /*grace_s=*/0.3);
+    EXPECT_TRUE(r.timed_out) << outer;
+    EXPECT_LT(r.elapsed_s, 5.0) << outer;
+    pid_t bg = read_pid(pidfile);
+    ASSERT_GT(bg, 0) << "the shell did not record its background job";
+    EXPECT_TRUE(ended(bg)) << "grandchild " << bg << " ignoring SIGTERM survived the timeout, with '" << outer << "'";
+    if (!ended(bg)) ::kill(bg, SIGKILL);
+  }
+}
+
+// Limits the address space to 64 MiB more than in use, so that capturing 1 GB makes
+// run() throw std::bad_alloc from inside its loop, while SIGPIPE is blocked. Returns
+// 0 when it threw and SIGPIPE is unblocked again.
+int run_out_of_memory() {
+  long pages = 0;
+  std::ifstream("/proc/self/statm") >> pages;
+  rlimit limit{};
+  ::getrlimit(RLIMIT_AS, &limit);
+  limit.rlim_cur = static_cast<rlim_t>(pages * ::sysconf(_SC_PAGESIZE) + (64 << 20));
+  ::setrlimit(RLIMIT_AS, &limit);
+  bool threw = false;
+  try {
+    run(sh("exec head -c 1000000000 /dev/zero"), 20.0);
+  } catch (const std::bad_alloc&) {
+    threw = true;
+  }
+  sigset_t now;
+  ::pthread_sigmask(SIG_BLOCK, nullptr, &now);
+  if (!threw) return 2;
+  return sigismember(&now, SIGPIPE) ? 1 : 0;
+}
+
+TEST(RunDeathTest, RestoresTheSignalMaskWhenItThrows) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "AddressSanitizer reserves more address space than the limit allows";
+#endif
+  // In a forked copy: the limit stays there.
+  EXPECT_EXIT(std::_Exit(run_out_of_memory()), ::testing::ExitedWithCode(0), "");
 }
 
 TEST(Run, SetsAndOverridesEnvironment) {
@@ -448,6 +498,18 @@ TEST(Child, TerminateSendsSigtermThenSigkill) {
   EXPECT_LT(took, 5.0);
 }
 
+TEST(Child, SignalReachesTheGroupAfterTheChildWasReaped) {
+  SpawnOptions o = sh("sleep 30 & echo $!");
+  o.err = Redirect::inherit();
+  Child c = Child::spawn(o);
+  pid_t grandchild = static_cast<pid_t>(std::stol(read_line(c.stdout_fd())));
+  EXPECT_TRUE(c.wait().success());
+  EXPECT_TRUE(c.own_group());
+  c.signal(SIGKILL);
+  EXPECT_TRUE(ended(grandchild)) << "grandchild " << grandchild << " survived";
+  if (!ended(grandchild)) ::kill(grandchild, SIGKILL);
+}
+
 TEST(Child, PipesCanBeUsedDirectly) {
   SpawnOptions o;
   o.argv = {"cat"};
@@ -479,6 +541,47 @@ TEST(Child, DestructorKillsARunningChildAndItsGroup) {
   EXPECT_EQ(errno, ESRCH);
   EXPECT_TRUE(ended(grandchild)) << "grandchild " << grandchild << " survived";
   if (!ended(grandchild)) ::kill(grandchild, SIGKILL);
+}
+
+// With SIGCHLD ignored the kernel reaps children itself and waitpid fails with
+// ECHILD. Returns 0 when both children are gone.
+int overwrite_and_destroy_with_sigchld_ignored() {
+  std::signal(SIGCHLD, SIG_IGN);
+  SpawnOptions o;
+  o.argv = {"sleep", "30"};
+  pid_t first = -1;
+  pid_t second = -1;
+  {
+    Child c = Child::spawn(o);
+    first = c.pid();
+    c = Child::spawn(o);  // kills and reaps the first
+    second = c.pid();
+  }
+  return ::kill(first, 0) != 0 && ::kill(second, 0) != 0 && errno == ESRCH ? 0 : 1;
+}
+
+TEST(ChildDeathTest, DestructorAndMoveAssignmentNeverThrow) {
+  // A throwing destructor would end the process in std::terminate: run in a forked
+  // copy, so that neither outcome disturbs the other tests.
+  EXPECT_EXIT(std::_Exit(overwrite_and_destroy_with_sigchld_ignored()), ::testing::ExitedWithCode(0), "");
+}
+
+TEST(Child, MoveAssignmentKillsAndReapsTheOverwrittenChild) {
+  SpawnOptions o = sh("sleep 30 & echo $!; sleep 30");
+  o.err = Redirect::inherit();
+  Child c = Child::spawn(o);
+  pid_t old_pid = c.pid();
+  pid_t grandchild = static_cast<pid_t>(std::stol(read_line(c.stdout_fd())));
+  SpawnOptions sleeper;
+  sleeper.argv = {"sleep", "30"};
+  c = Child::spawn(sleeper);
+  EXPECT_NE(c.pid(), old_pid);
+  EXPECT_TRUE(c.running());
+  EXPECT_EQ(c.stdout_fd(), -1);
+  EXPECT_EQ(::kill(old_pid, 0), -1) << "overwritten child still exists (not killed or not reaped)";
+  EXPECT_TRUE(ended(grandchild)) << "grandchild " << grandchild << " survived";
+  if (!ended(grandchild)) ::kill(grandchild, SIGKILL);
+  EXPECT_EQ(c.terminate(1.0).signal(), SIGTERM);
 }
 
 TEST(Child, MoveTransfersOwnership) {
@@ -570,6 +673,59 @@ TEST_F(SignalForwarderTest, OnlyRegisteredChildrenReceiveSignals) {
   EXPECT_FALSE(never.try_wait().has_value());
   EXPECT_EQ(removed.terminate(1.0).signal(), SIGTERM);
   EXPECT_EQ(never.terminate(1.0).signal(), SIGTERM);
+}
+
+TEST_F(SignalForwarderTest, HandlerPreservesErrno) {
+  SignalForwarder fwd;
+  SpawnOptions o;
+  o.argv = {"true"};
+  Child c = Child::spawn(o);
+  ASSERT_TRUE(c.wait().success());  // its group is gone: forwarding fails with ESRCH
+  fwd.add(c);
+  errno = EDOM;
+  ASSERT_EQ(::raise(SIGTERM), 0);
+  int after = errno;
+  fwd.remove(c);
+  EXPECT_EQ(fwd.last_signal(), SIGTERM);
+  EXPECT_EQ(after, EDOM) << "the handler changed errno to " << std::strerror(after);
+}
+
+TEST_F(SignalForwarderTest, RefusesAChildThatDoesNotLeadAGroup) {
+  SignalForwarder fwd;
+  SpawnOptions o;
+  o.argv = {"sleep", "30"};
+  o.new_process_group = false;
+  Child c = Child::spawn(o);
+  EXPECT_FALSE(c.own_group());
+  try {
+    fwd.add(c);
+    ADD_FAILURE() << "registered a child whose group is ours";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Exit::Software);
+  }
+  Child taken = std::move(c);  // a moved-from Child has no process
+  EXPECT_THROW(fwd.add(c), Error);
+  EXPECT_EQ(taken.terminate(1.0).signal(), SIGTERM);
+}
+
+TEST_F(SignalForwarderTest, SpawnRegistersTheChild) {
+  SignalForwarder fwd;
+  SpawnOptions o;
+  o.argv = {"sleep", "30"};
+  Child c = fwd.spawn(o);
+  sigset_t now;
+  ASSERT_EQ(pthread_sigmask(SIG_BLOCK, nullptr, &now), 0);
+  EXPECT_FALSE(sigismember(&now, SIGTERM)) << "spawn() left SIGTERM blocked";
+  ASSERT_EQ(::raise(SIGTERM), 0);
+  EXPECT_EQ(g_own_handler_hits, 0);
+  auto s = c.wait_for(5.0);
+  ASSERT_TRUE(s.has_value()) << "the child did not receive SIGTERM";
+  EXPECT_EQ(s->signal(), SIGTERM);
+
+  o.new_process_group = false;  // refused by add(): killed, and the mask restored
+  EXPECT_THROW(fwd.spawn(o), Error);
+  ASSERT_EQ(pthread_sigmask(SIG_BLOCK, nullptr, &now), 0);
+  EXPECT_FALSE(sigismember(&now, SIGTERM));
 }
 
 TEST_F(SignalForwarderTest, OneAtATime) {

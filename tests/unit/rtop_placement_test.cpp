@@ -11,34 +11,15 @@
 #include <vector>
 
 #include "rkit/error.hpp"
+#include "rtop_fixtures.hpp"
+#include "test_support.hpp"
 
 namespace rkit::rtop {
 namespace {
 
-const std::string kFixtures = RKIT_FIXTURES;
-
-Topology synthetic(bool with_gpus = false) {
-  ProbeOptions opt;
-  opt.synthetic = "pack:2 numa:2 core:8 pu:2";
-  if (with_gpus) opt.gpu_fixture = kFixtures + "/gpus4.json";
-  return probe(opt);
-}
-
-Topology dgx() {
-  ProbeOptions opt;
-  opt.xml_path = kFixtures + "/dgx_like.xml";
-  return probe(opt);
-}
-
-Error error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e;
-  }
-  ADD_FAILURE() << "no rkit::Error thrown";
-  return Error(Exit::Ok, "");
-}
+using rkit::testing::error_of;
+using fixtures::dgx;
+using fixtures::synthetic;
 
 // A request; cpus_per_rank 0 leaves the default (an equal share).
 PlaceRequest request(int ranks, int cpus_per_rank = 0, int gpus_per_rank = 0, Policy policy = Policy::Pack) {
@@ -136,7 +117,7 @@ TEST(RtopPlacement, DefaultIsAnEqualShareOfAllCores) {
 }
 
 TEST(RtopPlacement, OneGpuPerRankGetsCoresOnTheGpusNode) {
-  Topology t = synthetic(/*with_gpus=*/true);
+  Topology t = synthetic("gpus4.json");
   auto ps = place(t, request(4, 4, 1));
   ASSERT_EQ(ps.size(), 4u);
   expect_consistent(t, ps);
@@ -156,7 +137,7 @@ TEST(RtopPlacement, OneGpuPerRankGetsCoresOnTheGpusNode) {
 }
 
 TEST(RtopPlacement, ImpossibleRequestsSayWhatIsShort) {
-  Topology t = synthetic(/*with_gpus=*/true);
+  Topology t = synthetic("gpus4.json");
   Error cores = error_of([&] { place(t, request(5, 8)); });
   EXPECT_EQ(cores.code(), Exit::DataErr);
   EXPECT_TRUE(contains(cores.what(), "not enough cores")) << cores.what();
@@ -249,6 +230,28 @@ TEST(RtopPlacement, RanksWithoutGpusShareOutEquallyNearNics) {
   auto spread = place(t, request(2, 8, 0, Policy::Spread));
   EXPECT_EQ(spread[0].nic, "mlx5_0");
   EXPECT_EQ(spread[1].nic, "mlx5_3");
+}
+
+TEST(RtopPlacement, GpuRanksGoWhereTheirCoresAreFree) {
+  // Node 0 has GPUs 0-2 but only 8 cores: two ranks of 4 fill it, so the third GPU
+  // rank goes to node 1 (GPU3) rather than taking GPU2 with cores from node 1.
+  Topology t = dgx();
+  auto ps = place(t, request(4, 4, 1));
+  expect_consistent(t, ps);
+  std::vector<int> gpus;
+  for (const auto& p : ps) {
+    EXPECT_TRUE(p.numa_local) << "rank " << p.rank;
+    gpus.push_back(p.gpus.at(0));
+  }
+  EXPECT_EQ(gpus, (std::vector<int>{0, 1, 3, 4}));
+  EXPECT_EQ(nodes_of(ps), (std::vector<int>{0, 0, 1, 1}));
+  // With 3 ranks of 6 cores no node can hold two, and node 1 has two GPUs: the
+  // third rank keeps a GPU but its cores must come from elsewhere.
+  auto tight = place(t, request(3, 5, 1));
+  expect_consistent(t, tight);
+  EXPECT_TRUE(tight[0].numa_local);
+  EXPECT_TRUE(tight[1].numa_local);
+  EXPECT_FALSE(tight[2].numa_local);
 }
 
 }  // namespace

@@ -11,39 +11,18 @@
 #include <vector>
 
 #include "rkit/error.hpp"
+#include "rtop_fixtures.hpp"
 #include "test_support.hpp"
 
 namespace rkit::rtop {
 namespace {
 
-const std::string kFixtures = RKIT_FIXTURES;
-const std::string kSynthetic = "pack:2 numa:2 core:8 pu:2";
 using Matrix = std::vector<std::vector<std::string>>;
-
-Topology synthetic(const std::string& gpus = "") {
-  ProbeOptions opt;
-  opt.synthetic = kSynthetic;
-  if (!gpus.empty()) opt.gpu_fixture = kFixtures + "/" + gpus;
-  return probe(opt);
-}
-
-Topology dgx(const std::string& gpus = "") {
-  ProbeOptions opt;
-  opt.xml_path = kFixtures + "/dgx_like.xml";
-  if (!gpus.empty()) opt.gpu_fixture = gpus;
-  return probe(opt);
-}
-
-// The Error `f` throws; a test failure (and Exit::Ok) when it throws none.
-Error error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e;
-  }
-  ADD_FAILURE() << "no rkit::Error thrown";
-  return Error(Exit::Ok, "");
-}
+using rkit::testing::error_of;
+using fixtures::dgx;
+using fixtures::kFixtures;
+using fixtures::kSynthetic;
+using fixtures::synthetic;
 
 std::vector<int> range(int from, int to) {  // [from, to)
   std::vector<int> v;
@@ -102,12 +81,12 @@ TEST(RtopTopologySynthetic, JsonRecordHasSchemaAndCounts) {
   Json j = synthetic().to_json();
   EXPECT_EQ(j["schema"], "rkit.topology.v1");
   EXPECT_EQ(j["source"], "synthetic");
-  EXPECT_EQ(j["packages"], 2);
-  EXPECT_EQ(j["cores"], 32);
-  EXPECT_EQ(j["pus"], 64);
+  EXPECT_EQ(j["package_count"], 2);
+  EXPECT_EQ(j["core_count"], 32);
+  EXPECT_EQ(j["pu_count"], 64);
   EXPECT_EQ(j["numa_node_count"], 4);
   EXPECT_EQ(j["numa_nodes"].size(), 4u);
-  EXPECT_EQ(j["core_list"].size(), 32u);
+  EXPECT_EQ(j["cores"].size(), 32u);
   EXPECT_EQ(j["numa_nodes"][1]["cores"], Json(range(8, 16)));
   EXPECT_TRUE(j["gpus"].is_array() && j["gpus"].empty());
   EXPECT_TRUE(j["nvml_error"].is_null());
@@ -227,13 +206,13 @@ TEST(RtopTopologyDgx, LinkMatrixHasEveryPcieLinkType) {
 
 // NVLink counts belong to GPU pairs; NIC i and NIC j must not borrow GPU i–j's.
 TEST(RtopTopologyDgx, NvlinksDoNotLeakIntoTheNicMatrix) {
-  testing::TempDir dir;
+  rkit::testing::TempDir dir;
   // dgx_like.xml with its GPUs turned into co-processors (not GPUs to rtop), so
   // that fixture GPUs take indices 0 and 1, the same as NIC0 and NIC1.
-  std::string xml = testing::slurp(kFixtures + "/dgx_like.xml");
+  std::string xml = rkit::testing::slurp(kFixtures + "/dgx_like.xml");
   for (std::size_t pos; (pos = xml.find("\"0302 [10de:")) != std::string::npos;) xml.replace(pos, 5, "\"0b40");
-  testing::write(dir.file("no_gpus.xml"), xml);
-  testing::write(dir.file("gpus.json"), R"({"schema": "rkit.gpu_fixture.v1", "gpus": [
+  rkit::testing::write(dir.file("no_gpus.xml"), xml);
+  rkit::testing::write(dir.file("gpus.json"), R"({"schema": "rkit.gpu_fixture.v1", "gpus": [
       {"name": "FAKE GPU 0", "numa_node": 0, "nvlinks": {"1": 8}},
       {"name": "FAKE GPU 1", "numa_node": 1}]})");
   ProbeOptions opt;
@@ -287,7 +266,14 @@ TEST(RtopGpuFixture, MalformedFixturesAreDataErrors) {
       {"gpus_bad_numa_node.json", "numa_node 7"},
       {"gpus_bad_gpus_not_array.json", "\"gpus\" must be an array"},
       {"gpus_bad_missing_name.json", "gpus[1]: \"name\""},
-      {"gpus_bad_nvlink_peer.json", "GPU 5"},
+      {"gpus_bad_nvlink_peer.json", "GPU '5'"},
+      {"gpus_bad_nvlink_key.json", "GPU '1abc'"},
+      {"gpus_bad_nvlink_self.json", "the GPU itself"},
+      {"gpus_bad_nvlink_mismatch.json", "GPUs 0 and 1 disagree on their NVLinks (3 and 5)"},
+      {"gpus_bad_memory_negative.json", "\"memory_bytes\" must be between 0 and"},
+      {"gpus_bad_numa_huge.json", "\"numa_node\" must be at most"},
+      {"gpus_bad_numa_fraction.json", "\"numa_node\" must be an integer"},
+      {"gpus_bad_bus_id.json", "'garbage' is not [dddd:]bb:dd.f"},
   };
   for (const auto& [file, message] : cases) {
     Error e = error_of([&] { synthetic(file); });

@@ -17,10 +17,13 @@
 #include <fstream>
 #include <iterator>
 #include <optional>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "rkit/error.hpp"
 
 namespace rkit::testing {
 
@@ -93,5 +96,16 @@ class EnvGuard {
  private:
   std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
 };
+
+// The rkit::Error that `f` throws; a test failure (and Exit::Ok) when it throws none.
+inline Error error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e;
+  }
+  ADD_FAILURE() << "no rkit::Error thrown";
+  return Error(Exit::Ok, "");
+}
 
 }  // namespace rkit::testing

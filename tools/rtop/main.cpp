@@ -14,9 +14,10 @@ int main(int argc, char** argv) {
   Tool tool("rtop", "Probe the machine's topology: CPUs, NUMA, caches, GPUs, NICs, links; place ranks; sample usage");
   CLI::App& app = tool.app();
   ProbeOptions probe_opt;
-  app.add_option("--input", probe_opt.xml_path, "Read an hwloc XML topology (e.g. from lstopo --of xml) instead of this machine")
+  std::string input, synthetic;
+  app.add_option("--input", input, "Read an hwloc XML topology (e.g. from lstopo --of xml; - for stdin) instead of this machine")
       ->type_name("FILE");
-  app.add_option("--synthetic", probe_opt.synthetic, "Use a synthetic hwloc topology, e.g. \"pack:2 numa:2 core:8 pu:2\"")
+  app.add_option("--synthetic", synthetic, "Use a synthetic hwloc topology, e.g. \"pack:2 numa:2 core:8 pu:2\"")
       ->type_name("DESC")
       ->excludes("--input");
   app.add_option("--gpus", probe_opt.gpu_fixture, "Add GPUs from a JSON fixture (rkit.gpu_fixture.v1), for planning and tests")
@@ -39,19 +40,20 @@ int main(int argc, char** argv) {
   auto* sample_cmd = tool.add_subcommand("sample", "Print rkit.sample.v1 records: CPU, memory, load and GPU usage");
   std::string interval = "1s";
   std::int64_t count = 0;
-  sample_cmd->add_option("--interval", interval, "Time between samples (default 1s)")->type_name("DURATION");
+  sample_cmd->add_option("--interval", interval, "Time between samples, at most 1d (default 1s)")->type_name("DURATION");
   sample_cmd->add_option("--count", count, "Number of samples (default: until interrupted)")->type_name("N");
 
   return tool.run(argc, argv, [&]() -> int {
     const CommonOptions& opts = tool.options();
+    if (app.count("--input")) probe_opt.xml_path = input;
+    if (app.count("--synthetic")) probe_opt.synthetic = synthetic;
     if (*sample_cmd) {
-      if (!probe_opt.xml_path.empty() || !probe_opt.synthetic.empty())
+      if (probe_opt.xml_path || probe_opt.synthetic)
         usage_error("sample reads this machine: --input and --synthetic do not apply");
       if (count < 0) usage_error("--count must not be negative");
-      double every = parse_duration(interval);
-      if (every <= 0) usage_error("--interval must be positive");
       Sampler sampler(probe_opt.use_nvml);
       Printer out(std::cout, opts.format(), sample_columns(), /*streaming=*/true);
+      double every = parse_sample_interval(interval);
       for (std::int64_t i = 0; count == 0 || i < count; ++i) out.print(sampler.next(every));
       return 0;
     }
@@ -59,21 +61,17 @@ int main(int argc, char** argv) {
     Topology topo = probe(probe_opt);
     if (*place_cmd) {
       if (place_cmd->count("--cpus-per-rank")) req.cpus_per_rank = cpus_per_rank;
-      std::string chosen = !policy.empty() ? policy : tool.config().get_string("rtop.policy").value_or("pack");
-      if (chosen != "pack" && chosen != "spread")
-        throw Error(Exit::Config, tool.config().path + ": rtop.policy must be \"pack\" or \"spread\"");
-      req.policy = chosen == "spread" ? Policy::Spread : Policy::Pack;
+      req.policy = !policy.empty() ? *parse_policy(policy) : policy_from_config(tool.config());
       Printer out(std::cout, opts.format(), placement_columns());
       for (const auto& p : place(topo, req)) out.print(p.to_json());
       return 0;
     }
     if (*matrix) {
-      if (opts.format() == Format::Table) print_matrix(topo, std::cout);
-      else if (opts.format() == Format::Csv) print_matrix_csv(topo, std::cout);
-      else std::cout << to_json_line(matrix_json(topo)) << '\n';
+      print_matrix(matrix_json(topo), opts.format(), std::cout);
       return 0;
     }
-    if (opts.format() == Format::Csv) usage_error("the topology record has no CSV form: use --json, or --csv with matrix, place or sample");
+    if (opts.format() == Format::Csv)
+      usage_error("the topology record has no CSV form: use --json, or --csv with matrix, place or sample");
     if (opts.format() == Format::Table) print_summary(topo, std::cout);
     else std::cout << to_json_line(topo.to_json()) << '\n';
     return 0;

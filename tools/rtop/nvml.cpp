@@ -14,8 +14,14 @@ namespace {
 using nvmlReturn_t = int;
 using nvmlDevice_t = struct nvmlDevice_st*;
 constexpr nvmlReturn_t kNvmlSuccess = 0;
+constexpr nvmlReturn_t kNvmlErrorInvalidArgument = 2;
 constexpr int kNvmlNvLinkMaxLinks = 18;
 constexpr int kNvmlFeatureEnabled = 1;
+// nvmlIntNvLinkDeviceType_t, a C enum: GPU 0x00, IBMNPU 0x01, SWITCH 0x02, UNKNOWN 0xFF
+using nvmlIntNvLinkDeviceType_t = int;
+constexpr nvmlIntNvLinkDeviceType_t kNvmlNvLinkDeviceTypeGpu = 0x00;
+constexpr nvmlIntNvLinkDeviceType_t kNvmlNvLinkDeviceTypeSwitch = 0x02;
+constexpr nvmlIntNvLinkDeviceType_t kNvmlNvLinkDeviceTypeUnknown = 0xFF;
 
 struct nvmlPciInfo_t {
   char busIdLegacy[16];
@@ -51,6 +57,8 @@ struct Nvml::Api {
   nvmlReturn_t (*power)(nvmlDevice_t, unsigned int*) = nullptr;
   nvmlReturn_t (*nvlink_state)(nvmlDevice_t, unsigned int, int*) = nullptr;
   nvmlReturn_t (*nvlink_remote_pci)(nvmlDevice_t, unsigned int, nvmlPciInfo_t*) = nullptr;
+  // absent from older drivers
+  nvmlReturn_t (*nvlink_remote_type)(nvmlDevice_t, unsigned int, nvmlIntNvLinkDeviceType_t*) = nullptr;
   nvmlDevice_t device(int index, std::string* why = nullptr) const {
     nvmlDevice_t d = nullptr;
     nvmlReturn_t rc = handle(static_cast<unsigned int>(index), &d);
@@ -86,6 +94,7 @@ std::unique_ptr<Nvml> Nvml::load(std::string& why) {
   api->power = resolve<decltype(api->power)>(lib, "nvmlDeviceGetPowerUsage");
   api->nvlink_state = resolve<decltype(api->nvlink_state)>(lib, "nvmlDeviceGetNvLinkState");
   api->nvlink_remote_pci = resolve<decltype(api->nvlink_remote_pci)>(lib, "nvmlDeviceGetNvLinkRemotePciInfo_v2");
+  api->nvlink_remote_type = resolve<decltype(api->nvlink_remote_type)>(lib, "nvmlDeviceGetNvLinkRemoteDeviceType");
   if (!api->init || !api->shutdown || !api->count || !api->handle || !api->name || !api->pci) {
     why = std::string(path) + ": not a usable NVML (missing symbols)";
     ::dlclose(lib);
@@ -132,13 +141,24 @@ std::optional<NvmlDevice> Nvml::device(int index, std::string* why) const {
   if (api_->pci(d, &pci) == kNvmlSuccess) out.pci_bus_id = normalize_bus_id(pci.busId);
   nvmlMemory_t mem{};
   if (api_->memory && api_->memory(d, &mem) == kNvmlSuccess) out.memory_bytes = mem.total;
-  if (api_->nvlink_state && api_->nvlink_remote_pci) {
+  if (api_->nvlink_state) {
     for (unsigned int link = 0; link < kNvmlNvLinkMaxLinks; ++link) {
       int active = 0;
-      if (api_->nvlink_state(d, link, &active) != kNvmlSuccess) break;
-      if (active != kNvmlFeatureEnabled) continue;
+      nvmlReturn_t rc = api_->nvlink_state(d, link, &active);
+      if (rc == kNvmlErrorInvalidArgument) break;  // past this GPU's last link
+      if (rc != kNvmlSuccess || active != kNvmlFeatureEnabled) continue;  // one bad link hides no other
+      nvmlIntNvLinkDeviceType_t type = kNvmlNvLinkDeviceTypeUnknown;
+      if (api_->nvlink_remote_type && api_->nvlink_remote_type(d, link, &type) != kNvmlSuccess)
+        type = kNvmlNvLinkDeviceTypeUnknown;
+      if (type == kNvmlNvLinkDeviceTypeSwitch) {
+        ++out.nvswitch_links;
+        continue;
+      }
+      // An IBM NPU (a POWER9 CPU) is no GPU. A GPU, or unknown (an older driver, or the
+      // call failed): counted under the remote bus id, which names the GPU, if any.
+      if (type != kNvmlNvLinkDeviceTypeGpu && type != kNvmlNvLinkDeviceTypeUnknown) continue;
       nvmlPciInfo_t remote{};
-      if (api_->nvlink_remote_pci(d, link, &remote) == kNvmlSuccess)
+      if (api_->nvlink_remote_pci && api_->nvlink_remote_pci(d, link, &remote) == kNvmlSuccess)
         ++out.nvlinks[normalize_bus_id(remote.busId)];
     }
   }

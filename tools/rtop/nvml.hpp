@@ -7,6 +7,13 @@
 //   std::string why;
 //   if (auto nvml = rkit::rtop::Nvml::load(why)) { nvml->device_count(); ... }
 //   else { /* why: "libnvidia-ml.so.1: cannot open shared object file" */ }
+//
+// NVLinks: each active link of a GPU is counted either in `nvlinks`, by the PCI bus id
+// of the GPU at its far end, or in `nvswitch_links` when its far end is an NVSwitch
+// (HGX/DGX A100, H100, H200: there every link ends at a switch, whose bus id matches no
+// GPU). The far end's kind comes from nvmlDeviceGetNvLinkRemoteDeviceType; a driver
+// without it (or a link it cannot answer for) leaves the link under its remote bus id,
+// as before. A link NVML reports an error for is skipped, not the links after it.
 #pragma once
 
 #include <cstdint>
@@ -20,7 +27,8 @@ namespace rkit::rtop {
 struct NvmlDevice {
   std::string name, uuid, pci_bus_id;  // bus id normalised: "0000:3b:00.0"
   std::optional<std::uint64_t> memory_bytes;
-  std::map<std::string, int> nvlinks;  // peer PCI bus id → number of active links
+  std::map<std::string, int> nvlinks;  // peer GPU's PCI bus id → number of active links
+  int nvswitch_links = 0;               // active links whose far end is an NVSwitch
 };
 
 struct NvmlUsage {

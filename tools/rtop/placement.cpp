@@ -23,6 +23,20 @@ int link_rank(const std::string& link) {
 
 }  // namespace
 
+std::optional<Policy> parse_policy(std::string_view text) {
+  if (text == "pack") return Policy::Pack;
+  if (text == "spread") return Policy::Spread;
+  return std::nullopt;
+}
+
+Policy policy_from_config(const Config& config) {
+  std::optional<std::string> text = config.get_string("rtop.policy");
+  if (!text) return Policy::Pack;
+  if (auto p = parse_policy(*text)) return *p;
+  throw Error(Exit::Config, fmt::format("{}: rtop.policy is '{}': expected \"pack\" or \"spread\"",
+                                        config.where("rtop.policy"), *text));
+}
+
 Json RankPlacement::to_json() const {
   Json j;
   j["schema"] = "rkit.placement.v1";
@@ -72,68 +86,60 @@ std::vector<RankPlacement> place(const Topology& t, const PlaceRequest& req) {
   };
 
   std::vector<RankPlacement> out(static_cast<std::size_t>(n));
-  std::vector<std::optional<int>> home(static_cast<std::size_t>(n));
   for (int r = 0; r < n; ++r) {
     out[r].rank = r;
     out[r].ranks = n;
   }
 
-  if (g > 0) {
-    // GPUs grouped by NUMA node; a rank takes its GPUs from one node where it can.
-    std::map<int, std::vector<int>> gpus_by_node;  // -1: unknown node
-    for (const auto& gpu : t.gpus) gpus_by_node[gpu.numa_node.value_or(-1)].push_back(gpu.index);
-    std::vector<int> order;  // node visiting order for ranks; GPUs of unknown node last
+  // GPUs by NUMA node (-1: unknown). Ranks visit nodes from a cursor: pack stays on a
+  // node while it can take another rank, spread moves on after each rank. A node can
+  // take a rank when it has G free GPUs and C free cores; failing that, a node with G
+  // free GPUs (the cores then come from elsewhere, and the record says numa_local false).
+  std::map<int, std::vector<int>> gpus_by_node;
+  for (const auto& gpu : t.gpus) gpus_by_node[gpu.numa_node.value_or(-1)].push_back(gpu.index);
+  std::vector<int> order;
+  if (g == 0) {
+    order = node_ids;
+  } else {
     for (const auto& [node, list] : gpus_by_node)
       if (node >= 0) order.push_back(node);
     if (gpus_by_node.count(-1)) order.push_back(-1);
-    std::size_t cursor = 0;
-    for (int r = 0; r < n; ++r) {
-      std::optional<int> pick;
-      // pack: stay on the current node while it has G GPUs; spread: move on each rank.
+  }
+  auto free_gpus = [&](int node) { return static_cast<int>(gpus_by_node[node].size()); };
+  auto has_cores = [&](int node) { return node >= 0 && static_cast<int>(free_cores[node].size()) >= c; };
+  std::size_t cursor = 0;
+  for (int r = 0; r < n; ++r) {
+    std::optional<std::size_t> pick;
+    for (int pass = 0; pass < 2 && !pick; ++pass)
       for (std::size_t step = 0; step < order.size() && !pick; ++step) {
-        int node = order[(cursor + step) % order.size()];
-        if (static_cast<int>(gpus_by_node[node].size()) >= g) pick = node;
+        std::size_t k = (cursor + step) % order.size();
+        int node = order[k];
+        bool gpus_ok = free_gpus(node) >= g;
+        if (gpus_ok && (pass == 0 ? has_cores(node) : g > 0)) pick = k;
       }
-      std::vector<int>& mine = out[r].gpus;
-      if (pick) {
-        auto& list = gpus_by_node[*pick];
-        mine.assign(list.begin(), list.begin() + g);
-        list.erase(list.begin(), list.begin() + g);
-        if (*pick >= 0) home[r] = *pick;
-        auto pos = std::find(order.begin(), order.end(), *pick) - order.begin();
-        cursor = req.policy == Policy::Spread ? static_cast<std::size_t>(pos + 1) : static_cast<std::size_t>(pos);
-      } else {
-        // No node has G GPUs left: gather from several nodes.
-        for (int node : order) {
-          auto& list = gpus_by_node[node];
-          while (static_cast<int>(mine.size()) < g && !list.empty()) {
-            mine.push_back(list.front());
-            list.erase(list.begin());
-          }
+    RankPlacement& p = out[static_cast<std::size_t>(r)];
+    if (!pick) {
+      // No node has G free GPUs (or, without GPUs, C free cores): gather GPUs from
+      // several nodes; the cores come from the spill pass below.
+      for (int node : order)
+        while (static_cast<int>(p.gpus.size()) < g && free_gpus(node) > 0) {
+          p.gpus.push_back(gpus_by_node[node].front());
+          gpus_by_node[node].erase(gpus_by_node[node].begin());
         }
-      }
+      continue;
     }
-  } else {
-    // Each rank goes whole to the first node (from the cursor) with c free cores.
-    std::size_t cursor = 0;
-    for (int r = 0; r < n; ++r) {
-      for (std::size_t step = 0; step < node_ids.size(); ++step) {
-        std::size_t k = (cursor + step) % node_ids.size();
-        if (static_cast<int>(free_cores[node_ids[k]].size()) < c) continue;
-        home[r] = node_ids[k];
-        take(node_ids[k], c, out[r].cores);
-        cursor = req.policy == Policy::Spread ? k + 1 : k;
-        break;
-      }
-    }
+    int node = order[*pick];
+    auto& list = gpus_by_node[node];
+    p.gpus.assign(list.begin(), list.begin() + g);
+    list.erase(list.begin(), list.begin() + g);
+    if (node >= 0) take(node, c, p.cores);
+    cursor = req.policy == Policy::Spread ? *pick + 1 : *pick;
   }
 
-  // Cores: first from the home node, then (second pass) from whatever is left.
-  for (int r = 0; r < n; ++r)
-    if (home[r] && out[r].cores.empty()) take(*home[r], c, out[r].cores);
-  for (int r = 0; r < n; ++r) {
-    int short_by = c - static_cast<int>(out[r].cores.size());
-    for (std::size_t k = 0; short_by > 0 && k < node_ids.size(); ++k) short_by -= take(node_ids[k], short_by, out[r].cores);
+  // Ranks still short of cores take them from whatever nodes have some left.
+  for (auto& p : out) {
+    int short_by = c - static_cast<int>(p.cores.size());
+    for (std::size_t k = 0; short_by > 0 && k < node_ids.size(); ++k) short_by -= take(node_ids[k], short_by, p.cores);
   }
 
   std::map<std::string, int> nic_use;

@@ -2,9 +2,10 @@
 //
 // Rank placement: which cores, GPUs and NIC each of N ranks should use.
 // Rules: ranks never share a core (a rank owns all hardware threads of its cores);
-// a rank with GPUs gets cores on its GPUs' NUMA node where any are left; without
-// GPUs, `pack` fills NUMA nodes in order and `spread` deals ranks round-robin over
-// them; each rank's cores stay inside one NUMA node when the request allows.
+// a rank's GPUs and cores come from one NUMA node that has enough of both, so GPU
+// ranks go to the nodes where their cores are free; only when no node has both does
+// a rank take its GPUs on one node and cores elsewhere (numa_local false). `pack`
+// fills nodes in order, `spread` deals ranks round-robin over them.
 // The nearest NIC is the one with the best link to the rank's first GPU (else on its
 // NUMA node), spread over ranks when several are equally near.
 //
@@ -16,12 +17,19 @@
 #include <string>
 #include <vector>
 
+#include "rkit/config.hpp"
 #include "rkit/jsonl.hpp"
 #include "topology.hpp"
 
 namespace rkit::rtop {
 
 enum class Policy { Pack, Spread };
+
+// "pack" or "spread"; nullopt for anything else.
+std::optional<Policy> parse_policy(std::string_view text);
+// The policy in the configuration's rtop.policy (default pack). A value that is not a
+// policy throws Error(Config) naming file:line:column.
+Policy policy_from_config(const Config& config);
 
 struct PlaceRequest {
   int ranks = 1;

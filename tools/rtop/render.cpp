@@ -18,28 +18,6 @@ std::string where(const std::optional<int>& numa, const std::optional<std::strin
   return s;
 }
 
-struct MatrixDevice {
-  std::string label;  // GPU0, NIC1
-  std::string cpus;
-  std::optional<int> numa;
-};
-
-std::vector<MatrixDevice> matrix_devices(const Topology& t) {
-  std::vector<MatrixDevice> d;
-  for (const auto& g : t.gpus) d.push_back({fmt::format("GPU{}", g.index), format_cpu_list(g.cpus), g.numa_node});
-  for (std::size_t i = 0; i < t.nics.size(); ++i)
-    d.push_back({fmt::format("NIC{}", i), format_cpu_list(t.nics[i].cpus), t.nics[i].numa_node});
-  return d;
-}
-
-std::string link(const Topology& t, std::size_t i, std::size_t j) {
-  const std::size_t g = t.gpus.size();
-  if (i < g && j < g) return t.gpu_links[i][j];
-  if (i < g) return t.gpu_nic_links[i][j - g];
-  if (j < g) return t.gpu_nic_links[j][i - g];
-  return t.nic_links[i - g][j - g];
-}
-
 }  // namespace
 
 void print_summary(const Topology& t, std::ostream& out) {
@@ -58,11 +36,9 @@ void print_summary(const Topology& t, std::ostream& out) {
   }
   out << fmt::format("caches    {}\n", caches.empty() ? "-" : caches);
   out << "numa\n";
-  for (const auto& n : t.numa_nodes) {
-    std::vector<int> cores = n.cores;
+  for (const auto& n : t.numa_nodes)
     out << fmt::format("  node {:<3} {:>10}  cores {:<10} cpus {}\n", n.os_index, format_bytes(n.memory_bytes),
-                       format_cpu_list(cores), format_cpu_list(n.pus));
-  }
+                       format_cpu_list(n.cores), format_cpu_list(n.pus));
   out << (t.gpus.empty() ? "gpus      none\n" : "gpus\n");
   for (const auto& g : t.gpus)
     out << fmt::format("  GPU{:<3} {}  {}  ({}){}{}\n", g.index, g.name,
@@ -82,21 +58,63 @@ void print_summary(const Topology& t, std::ostream& out) {
                        where(d->numa_node, d->pci_bus_id));
 }
 
-void print_matrix(const Topology& t, std::ostream& out) {
-  auto devs = matrix_devices(t);
-  if (devs.empty()) {
+Json matrix_json(const Topology& t) {
+  // Devices: GPUs then NICs, labelled as nvidia-smi does.
+  Json devices = Json::array();
+  for (const auto& g : t.gpus)
+    devices.push_back({{"label", fmt::format("GPU{}", g.index)}, {"kind", "gpu"}, {"name", g.name},
+                       {"cpus", format_cpu_list(g.cpus)}, {"numa_node", g.numa_node ? Json(*g.numa_node) : Json(nullptr)}});
+  for (std::size_t i = 0; i < t.nics.size(); ++i)
+    devices.push_back({{"label", fmt::format("NIC{}", i)}, {"kind", "nic"}, {"name", t.nics[i].name},
+                       {"cpus", format_cpu_list(t.nics[i].cpus)},
+                       {"numa_node", t.nics[i].numa_node ? Json(*t.nics[i].numa_node) : Json(nullptr)}});
+  const std::size_t g = t.gpus.size(), n = devices.size();
+  Json links = Json::array();
+  for (std::size_t i = 0; i < n; ++i) {
+    Json row = Json::array();
+    for (std::size_t j = 0; j < n; ++j)
+      row.push_back(i < g && j < g ? t.gpu_links[i][j]
+                    : i < g        ? t.gpu_nic_links[i][j - g]
+                    : j < g        ? t.gpu_nic_links[j][i - g]
+                                   : t.nic_links[i - g][j - g]);
+    links.push_back(std::move(row));
+  }
+  return Json{{"schema", "rkit.link_matrix.v1"}, {"devices", devices}, {"links", links}};
+}
+
+void print_matrix(const Json& m, Format format, std::ostream& out) {
+  const Json& devs = m["devices"];
+  if (format == Format::Json) {
+    out << to_json_line(m) << '\n';
+    return;
+  }
+  // One row per device: its label, a cell per device, then its CPU and NUMA affinity.
+  std::vector<Column> columns{{"", "device"}};
+  for (const auto& d : devs) columns.push_back({d["label"].get<std::string>(), "/links/" + d["label"].get<std::string>()});
+  columns.push_back({"CPU Affinity", "cpus"});
+  columns.push_back({"NUMA Affinity", "numa_node"});
+  if (format == Format::Csv) {
+    columns.front().header = "device";
+    columns[columns.size() - 2].header = "cpu_affinity";
+    columns.back().header = "numa_affinity";
+  } else if (devs.empty()) {
     out << "no GPUs or NICs found\n";
     return;
   }
-  std::string head = fmt::format("{:<8}", "");
-  for (const auto& d : devs) head += fmt::format("{:<8}", d.label);
-  out << head << "CPU Affinity    NUMA Affinity\n";
-  for (std::size_t i = 0; i < devs.size(); ++i) {
-    std::string row = fmt::format("{:<8}", devs[i].label);
-    for (std::size_t j = 0; j < devs.size(); ++j) row += fmt::format("{:<8}", link(t, i, j));
-    row += fmt::format("{:<16}{}", or_dash(devs[i].cpus), devs[i].numa ? std::to_string(*devs[i].numa) : "N/A");
-    out << row << '\n';
+  {
+    Printer printer(out, format, columns);
+    for (std::size_t i = 0; i < devs.size(); ++i) {
+      Json row{{"device", devs[i]["label"]}, {"links", Json::object()}, {"cpus", devs[i]["cpus"]},
+               {"numa_node", devs[i]["numa_node"]}};
+      if (format == Format::Table) {  // as nvidia-smi shows unknown affinities
+        if (row["cpus"] == "") row["cpus"] = "-";
+        if (row["numa_node"].is_null()) row["numa_node"] = "N/A";
+      }
+      for (std::size_t j = 0; j < devs.size(); ++j) row["links"][devs[j]["label"].get<std::string>()] = m["links"][i][j];
+      printer.print(row);
+    }
   }
+  if (format != Format::Table) return;
   out << "\nLegend:\n\n"
          "  X    = Self\n"
          "  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes\n"
@@ -105,48 +123,13 @@ void print_matrix(const Topology& t, std::ostream& out) {
          "  PXB  = Connection traversing multiple PCIe bridges (without traversing the PCIe host bridge)\n"
          "  PIX  = Connection traversing at most a single PCIe bridge\n"
          "  NV#  = Connection traversing a bonded set of # NVLinks\n";
-  if (!t.nics.empty()) {
-    out << "\nNIC Legend:\n\n";
-    for (std::size_t i = 0; i < t.nics.size(); ++i) out << fmt::format("  NIC{}: {}\n", i, t.nics[i].name);
-  }
-}
-
-void print_matrix_csv(const Topology& t, std::ostream& out) {
-  auto devs = matrix_devices(t);
-  std::vector<Column> columns{{"device", "device"}};
-  for (const auto& d : devs) columns.push_back({d.label, "/links/" + d.label});
-  columns.push_back({"cpu_affinity", "cpu_affinity"});
-  columns.push_back({"numa_affinity", "numa_affinity"});
-  Printer printer(out, Format::Csv, columns);
-  for (std::size_t i = 0; i < devs.size(); ++i) {
-    Json row{{"device", devs[i].label}, {"links", Json::object()}, {"cpu_affinity", devs[i].cpus},
-             {"numa_affinity", devs[i].numa ? Json(*devs[i].numa) : Json(nullptr)}};
-    for (std::size_t j = 0; j < devs.size(); ++j) row["links"][devs[j].label] = link(t, i, j);
-    printer.print(row);
-  }
-  printer.finish();
-}
-
-Json matrix_json(const Topology& t) {
-  auto devs = matrix_devices(t);
-  Json j;
-  j["schema"] = "rkit.link_matrix.v1";
-  j["devices"] = Json::array();
-  for (std::size_t i = 0; i < devs.size(); ++i) {
-    bool gpu = i < t.gpus.size();
-    j["devices"].push_back({{"label", devs[i].label}, {"kind", gpu ? "gpu" : "nic"},
-                            {"name", gpu ? t.gpus[i].name : t.nics[i - t.gpus.size()].name},
-                            {"cpus", devs[i].cpus},
-                            {"numa_node", devs[i].numa ? Json(*devs[i].numa) : Json(nullptr)}});
-  }
-  Json links = Json::array();
-  for (std::size_t i = 0; i < devs.size(); ++i) {
-    Json row = Json::array();
-    for (std::size_t j2 = 0; j2 < devs.size(); ++j2) row.push_back(link(t, i, j2));
-    links.push_back(row);
-  }
-  j["links"] = links;
-  return j;
+  bool first = true;
+  for (const auto& d : devs)
+    if (d["kind"] == "nic") {
+      if (first) out << "\nNIC Legend:\n\n";
+      first = false;
+      out << fmt::format("  {}: {}\n", d["label"].get<std::string>(), d["name"].get<std::string>());
+    }
 }
 
 std::vector<Column> placement_columns() {
@@ -157,32 +140,17 @@ std::vector<Column> placement_columns() {
 std::vector<Column> sample_columns() {
   auto pct = [](const Json& v) { return fmt::format("{:.1f}%", v.get<double>() * 100); };
   auto bytes = [](const Json& v) { return format_bytes(v.get<std::uint64_t>()); };
-  auto gpu_util = [](const Json& gpus) {
-    std::string s;
-    for (const auto& g : gpus)
-      s += (s.empty() ? "" : " ") + (g["util"].is_null() ? std::string("-") : fmt::format("{:.0f}%", g["util"].get<double>() * 100));
-    return s.empty() ? std::string("-") : s;
-  };
-  auto gpu_power = [](const Json& gpus) {
-    double w = 0;
-    bool any = false;
-    for (const auto& g : gpus)
-      if (!g["power_w"].is_null()) {
-        w += g["power_w"].get<double>();
-        any = true;
-      }
-    return any ? fmt::format("{:.0f} W", w) : std::string("-");
-  };
+  auto watts = [](const Json& v) { return fmt::format("{:.0f} W", v.get<double>()); };
   auto clock = [](const Json& v) {
     auto t = static_cast<std::time_t>(v.get<double>());
     std::tm tm{};
     localtime_r(&t, &tm);
     return fmt::format("{:02}:{:02}:{:02}", tm.tm_hour, tm.tm_min, tm.tm_sec);
   };
-  return {{"TIME", "time_unix_s", clock},         {"CPU", "cpu_util", pct},
-          {"MEM_USED", "memory_used_bytes", bytes}, {"MEM_TOTAL", "memory_total_bytes", bytes},
-          {"LOAD1", "load_1m"},                     {"GPU_UTIL", "gpus", gpu_util},
-          {"GPU_POWER", "gpus", gpu_power}};
+  return {{"TIME", "time_unix_s", clock},           {"CPU", "cpu_util", pct},
+          {"MEM_USED", "memory_used_bytes", bytes},   {"MEM_TOTAL", "memory_total_bytes", bytes},
+          {"LOAD1", "load_1m"},                       {"GPU_UTIL", "gpu_util_mean", pct},
+          {"GPU_POWER", "gpu_power_w_total", watts}};
 }
 
 }  // namespace rkit::rtop

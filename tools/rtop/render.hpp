@@ -14,14 +14,13 @@ namespace rkit::rtop {
 // The readable summary `rtop` prints without --json.
 void print_summary(const Topology& t, std::ostream& out);
 
-// The GPU/NIC link matrix as `nvidia-smi topo -m` lays it out, with legends.
-void print_matrix(const Topology& t, std::ostream& out);
-
-// The matrix as CSV: one row per device, a column per device, then CPU and NUMA affinity.
-void print_matrix_csv(const Topology& t, std::ostream& out);
-
-// The same matrix as an rkit.link_matrix.v1 record.
+// The GPU/NIC link matrix as an rkit.link_matrix.v1 record: devices (GPUs, then
+// NICs, labelled GPU0.. NIC0..) and their links, in `nvidia-smi topo -m` terms.
 Json matrix_json(const Topology& t);
+
+// The matrix record rendered: as a table with nvidia-smi's layout and legends, as
+// CSV (a row and a column per device, then CPU and NUMA affinity), or as JSON.
+void print_matrix(const Json& matrix, Format format, std::ostream& out);
 
 std::vector<Column> placement_columns();
 std::vector<Column> sample_columns();

@@ -6,6 +6,7 @@
 
 #include "rkit/file.hpp"
 #include "rkit/error.hpp"
+#include "rkit/units.hpp"
 
 namespace rkit::rtop {
 
@@ -38,8 +39,15 @@ double utilisation(const CpuTimes& a, const CpuTimes& b) {
   return std::min(1.0, busy / static_cast<double>(b.total - a.total));
 }
 
+double parse_sample_interval(const std::string& text) {
+  double s = parse_duration(text);
+  if (s <= 0 || s > 86400) throw Error(Exit::Usage, "--interval must be more than 0 and at most 1d");
+  return s;
+}
+
 Sampler::Sampler(bool use_nvml) {
   last_ = parse_proc_stat(read_file("/proc/stat"));
+  last_time_ = deadline_ = std::chrono::steady_clock::now();
   std::string why;
   if (use_nvml) nvml_ = Nvml::load(why);
 }
@@ -53,13 +61,19 @@ std::uint64_t meminfo_kib(const std::string& text, const std::string& key) {
 }  // namespace
 
 Json Sampler::next(double interval_s) {
-  std::this_thread::sleep_for(std::chrono::duration<double>(interval_s));
+  using Clock = std::chrono::steady_clock;
+  deadline_ += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(interval_s));
+  // After a stall (a suspended process) start afresh rather than firing a burst.
+  if (deadline_ < Clock::now()) deadline_ = Clock::now();
+  std::this_thread::sleep_until(deadline_);
   auto now = std::chrono::system_clock::now();
+  auto taken = Clock::now();
   std::vector<CpuTimes> cur = parse_proc_stat(read_file("/proc/stat"));
   Json j;
   j["schema"] = "rkit.sample.v1";
   j["time_unix_s"] = std::chrono::duration<double>(now.time_since_epoch()).count();
-  j["interval_s"] = interval_s;
+  j["interval_s"] = std::chrono::duration<double>(taken - last_time_).count();
+  last_time_ = taken;
   j["cpu_util"] = utilisation(last_[0], cur[0]);
   Json per_cpu = Json::array();
   for (std::size_t i = 1; i < cur.size() && i < last_.size(); ++i) per_cpu.push_back(utilisation(last_[i], cur[i]));
@@ -91,6 +105,15 @@ Json Sampler::next(double interval_s) {
     }
   }
   j["gpus"] = gpus;
+  // Flat summaries for tables and CSV: mean utilisation and total power of the GPUs.
+  double util = 0, power = 0;
+  int n_util = 0, n_power = 0;
+  for (const auto& g : gpus) {
+    if (!g["util"].is_null()) util += g["util"].get<double>(), ++n_util;
+    if (!g["power_w"].is_null()) power += g["power_w"].get<double>(), ++n_power;
+  }
+  j["gpu_util_mean"] = n_util ? Json(util / n_util) : Json(nullptr);
+  j["gpu_power_w_total"] = n_power ? Json(power) : Json(nullptr);
   return j;
 }
 

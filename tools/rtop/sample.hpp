@@ -8,6 +8,7 @@
 //   Json rec = s.next(1.0);                 // sleeps 1 s, returns one record
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -29,14 +30,19 @@ std::vector<CpuTimes> parse_proc_stat(const std::string& text);
 // Utilisation (0..1) between two readings; null-safe for counters that did not move.
 double utilisation(const CpuTimes& before, const CpuTimes& after);
 
+// The --interval text as seconds: a duration in (0, 1d]. Throws Error(Usage).
+double parse_sample_interval(const std::string& text);
+
 class Sampler {
  public:
   explicit Sampler(bool use_nvml = true);
-  // Waits `interval_s` after the previous reading and returns a record.
+  // Sleeps until `interval_s` after the previous deadline (so samples do not drift)
+  // and returns a record covering the time since the previous reading.
   Json next(double interval_s);
 
  private:
   std::vector<CpuTimes> last_;
+  std::chrono::steady_clock::time_point last_time_, deadline_;
   std::unique_ptr<Nvml> nvml_;
 };
 

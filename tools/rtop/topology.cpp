@@ -5,9 +5,12 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
+#include <cstdint>
 #include <map>
 #include <memory>
 
+#include "gpu_fixture.hpp"
 #include "nvml.hpp"
 #include "rkit/file.hpp"
 #include "rkit/error.hpp"
@@ -35,20 +38,21 @@ TopoPtr load_hwloc(const ProbeOptions& opt) {
   hwloc_topology_t raw = nullptr;
   if (hwloc_topology_init(&raw) != 0) throw Error(Exit::Software, "hwloc_topology_init failed");
   TopoPtr topo(raw, hwloc_topology_destroy);
-  if (!opt.synthetic.empty()) {
-    if (hwloc_topology_set_synthetic(raw, opt.synthetic.c_str()) != 0)
-      throw Error(Exit::Usage, fmt::format("invalid synthetic topology '{}'", opt.synthetic),
+  std::string xml;  // must outlive hwloc_topology_load
+  if (opt.synthetic) {
+    if (opt.synthetic->empty() || hwloc_topology_set_synthetic(raw, opt.synthetic->c_str()) != 0)
+      throw Error(Exit::Usage, fmt::format("invalid synthetic topology '{}'", *opt.synthetic),
                   "e.g. \"pack:2 numa:2 core:8 pu:2\"");
-  } else if (!opt.xml_path.empty()) {
-    read_file(opt.xml_path);  // a clear 66/77 for missing or unreadable files
-    if (hwloc_topology_set_xml(raw, opt.xml_path.c_str()) != 0)
-      throw Error(Exit::DataErr, fmt::format("{}: not an hwloc XML topology", opt.xml_path));
+  } else if (opt.xml_path) {
+    if (opt.xml_path->empty()) throw Error(Exit::Usage, "--input needs a file name (or - for stdin)");
+    xml = read_file(*opt.xml_path);  // from a buffer, so that "-" (stdin) works too
+    if (hwloc_topology_set_xmlbuffer(raw, xml.data(), static_cast<int>(xml.size())) != 0)
+      throw Error(Exit::DataErr, fmt::format("{}: not an hwloc XML topology", *opt.xml_path));
   }
   hwloc_topology_set_io_types_filter(raw, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
   hwloc_topology_set_icache_types_filter(raw, HWLOC_TYPE_FILTER_KEEP_ALL);  // as lstopo shows them
   if (hwloc_topology_load(raw) != 0) {
-    if (!opt.xml_path.empty())
-      throw Error(Exit::DataErr, fmt::format("{}: not an hwloc XML topology", opt.xml_path));
+    if (opt.xml_path) throw Error(Exit::DataErr, fmt::format("{}: not an hwloc XML topology", *opt.xml_path));
     throw Error(Exit::Unavailable, "hwloc could not load the topology of this machine");
   }
   return topo;
@@ -121,72 +125,6 @@ bool is_gpu(hwloc_obj_t pci) {
   return display && (a.vendor_id == 0x10de || a.vendor_id == 0x1002);
 }
 
-template <typename T>
-T json_get(const Json& obj, const char* key, const std::string& where) {
-  try {
-    return obj.at(key).get<T>();
-  } catch (const Json::exception&) {
-    throw Error(Exit::DataErr, fmt::format("{}: \"{}\" is missing or has the wrong type", where, key));
-  }
-}
-
-// Reads the GPU fixture (rkit.gpu_fixture.v1). Returns GPUs with `numa_node` checked
-// against the topology, and the per-GPU NVLink counts by peer index.
-struct FixtureGpu {
-  Gpu gpu;
-  std::map<int, int> nvlinks;
-};
-
-std::vector<FixtureGpu> read_fixture(const std::string& path, const std::vector<NumaNode>& numas) {
-  Json doc = parse_json(read_file(path), path);
-  check_schema(doc, "rkit.gpu_fixture", 1, path);
-  if (!doc.contains("gpus") || !doc["gpus"].is_array())
-    throw Error(Exit::DataErr, fmt::format("{}: \"gpus\" must be an array", path));
-  std::vector<FixtureGpu> out;
-  int i = 0;
-  for (const Json& g : doc["gpus"]) {
-    std::string where = fmt::format("{}: gpus[{}]", path, i);
-    if (!g.is_object()) throw Error(Exit::DataErr, where + ": expected an object");
-    FixtureGpu f;
-    f.gpu.name = json_get<std::string>(g, "name", where);
-    f.gpu.source = "fixture";
-    if (g.contains("uuid")) f.gpu.uuid = json_get<std::string>(g, "uuid", where);
-    if (g.contains("memory_bytes")) f.gpu.memory_bytes = json_get<std::uint64_t>(g, "memory_bytes", where);
-    if (g.contains("pci_bus_id")) f.gpu.pci_bus_id = normalize_bus_id(json_get<std::string>(g, "pci_bus_id", where));
-    if (g.contains("numa_node")) {
-      if (!g["numa_node"].is_number_integer())
-        throw Error(Exit::DataErr, where + ": \"numa_node\" must be an integer");
-      int n = g["numa_node"].get<int>();
-      auto it = std::find_if(numas.begin(), numas.end(), [&](const NumaNode& m) { return m.os_index == n; });
-      if (it == numas.end())
-        throw Error(Exit::DataErr, fmt::format("{}: numa_node {} is not in the topology ({} NUMA nodes)",
-                                               where, n, numas.size()));
-      f.gpu.numa_node = n;
-      f.gpu.cpus = it->pus;
-    }
-    if (g.contains("nvlinks")) {
-      if (!g["nvlinks"].is_object()) throw Error(Exit::DataErr, where + ": \"nvlinks\" must be an object");
-      for (const auto& [peer, count] : g["nvlinks"].items()) {
-        int p = -1;
-        try {
-          p = std::stoi(peer);
-        } catch (const std::exception&) {
-        }
-        if (p < 0 || !count.is_number_unsigned())
-          throw Error(Exit::DataErr, where + ": \"nvlinks\" maps a GPU index to a link count");
-        f.nvlinks[p] = count.get<int>();
-      }
-    }
-    out.push_back(std::move(f));
-    ++i;
-  }
-  for (const auto& f : out)
-    for (const auto& [peer, count] : f.nvlinks)
-      if (peer >= static_cast<int>(out.size()))
-        throw Error(Exit::DataErr, fmt::format("{}: nvlinks names GPU {}, but the fixture has {}", path, peer, out.size()));
-  return out;
-}
-
 }  // namespace
 
 std::string normalize_bus_id(const std::string& bus_id) {
@@ -213,14 +151,17 @@ std::string format_cpu_list(const std::vector<int>& cpus) {
   return out;
 }
 
-Topology probe(const ProbeOptions& opt) {
-  if (!opt.synthetic.empty() && !opt.xml_path.empty())
-    throw Error(Exit::Usage, "--input and --synthetic exclude each other");
-  TopoPtr holder = load_hwloc(opt);
-  hwloc_topology_t topo = holder.get();
-  Topology t;
-  t.source = !opt.synthetic.empty() ? "synthetic" : !opt.xml_path.empty() ? "xml" : "live";
+namespace {
 
+// Everything the probe learns about devices besides the Topology itself: the hwloc
+// objects and NUMA nodes used to classify links, and NVLink counts.
+struct Links {
+  std::vector<Endpoint> gpus, nics;
+  std::map<std::pair<int, int>, int> nvlinks;  // (gpu, gpu) → links, both orders
+  std::vector<int> nvswitch_links;              // per GPU: links into an NVSwitch fabric
+};
+
+void probe_cpus(hwloc_topology_t topo, Topology& t) {
   hwloc_obj_t root = hwloc_get_root_obj(topo);
   t.hostname = info(root, "HostName");
   t.os = info(root, "OSName").empty() ? "" : info(root, "OSName") + " " + info(root, "OSRelease");
@@ -229,9 +170,8 @@ Topology probe(const ProbeOptions& opt) {
   t.cpu_model = info(hwloc_get_obj_by_type(topo, HWLOC_OBJ_PACKAGE, 0), "CPUModel");
   t.pus = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_PU);
 
-  int n_numa = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_NUMANODE);
   std::vector<hwloc_obj_t> numa_objs;
-  for (int i = 0; i < n_numa; ++i) {
+  for (int i = 0; i < hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_NUMANODE); ++i) {
     hwloc_obj_t o = hwloc_get_obj_by_type(topo, HWLOC_OBJ_NUMANODE, static_cast<unsigned>(i));
     numa_objs.push_back(o);
     NumaNode n;
@@ -240,9 +180,7 @@ Topology probe(const ProbeOptions& opt) {
     n.pus = cpus_of(o->cpuset);
     t.numa_nodes.push_back(std::move(n));
   }
-
-  int n_cores = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE);
-  for (int i = 0; i < n_cores; ++i) {
+  for (int i = 0; i < hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE); ++i) {
     hwloc_obj_t o = hwloc_get_obj_by_type(topo, HWLOC_OBJ_CORE, static_cast<unsigned>(i));
     Core c;
     c.index = static_cast<int>(o->logical_index);
@@ -259,7 +197,6 @@ Topology probe(const ProbeOptions& opt) {
     t.cores.push_back(std::move(c));
   }
 
-  // Caches, grouped by level and type.
   for (hwloc_obj_type_t type : {HWLOC_OBJ_L1CACHE, HWLOC_OBJ_L1ICACHE, HWLOC_OBJ_L2CACHE, HWLOC_OBJ_L2ICACHE,
                                 HWLOC_OBJ_L3CACHE, HWLOC_OBJ_L3ICACHE, HWLOC_OBJ_L4CACHE, HWLOC_OBJ_L5CACHE}) {
     int n = hwloc_get_nbobjs_by_type(topo, type);
@@ -274,14 +211,10 @@ Topology probe(const ProbeOptions& opt) {
     c.count = n;
     t.caches.push_back(c);
   }
+}
 
-  // I/O devices. Endpoints remember the hwloc object for link classification.
-  std::vector<Endpoint> gpu_ends, nic_ends;
-  std::map<std::string, hwloc_obj_t> pci_by_bus;
-  for (hwloc_obj_t p = hwloc_get_next_pcidev(topo, nullptr); p; p = hwloc_get_next_pcidev(topo, p))
-    pci_by_bus[bus_id_of(p)] = p;
-
-  // NICs: one per PCI function; the RDMA name wins over the netdev name.
+// NICs (one per PCI function; the RDMA name wins over the netdev name) and disks.
+void probe_nics_and_disks(hwloc_topology_t topo, Topology& t, Links& links) {
   std::map<hwloc_obj_t, std::size_t> nic_by_pci;
   for (hwloc_obj_t os = hwloc_get_next_osdev(topo, nullptr); os; os = hwloc_get_next_osdev(topo, os)) {
     auto kind = os->attr->osdev.type;
@@ -294,10 +227,11 @@ Topology probe(const ProbeOptions& opt) {
         n.pci_bus_id = bus_id_of(pci);
         n.numa_node = numa_of(topo, pci);
         n.cpus = local_cpus(topo, pci);
-        n.kind = pci->attr->pcidev.class_id == 0x0207 ? "infiniband"
-                 : pci->attr->pcidev.class_id == 0x0200 ? "ethernet" : "network";
+        n.kind = pci->attr->pcidev.class_id == 0x0207   ? "infiniband"
+                 : pci->attr->pcidev.class_id == 0x0200 ? "ethernet"
+                                                        : "network";
         t.nics.push_back(n);
-        nic_ends.push_back({pci, n.numa_node});
+        links.nics.push_back({pci, n.numa_node});
       }
       Nic& n = t.nics[it->second];
       if (kind == HWLOC_OBJ_OSDEV_OPENFABRICS) {
@@ -311,8 +245,11 @@ Topology probe(const ProbeOptions& opt) {
       Disk d;
       d.name = os->name;
       d.nvme = d.name.rfind("nvme", 0) == 0;
-      if (std::string size = info(os, "Size"); !size.empty() && size.find_first_not_of("0123456789") == std::string::npos)
-        d.size_bytes = std::stoull(size) * 1024;  // hwloc gives KiB
+      std::string size = info(os, "Size");  // KiB
+      std::uint64_t kib = 0;
+      auto [end, ec] = std::from_chars(size.data(), size.data() + size.size(), kib);
+      if (!size.empty() && ec == std::errc() && end == size.data() + size.size() && kib < (UINT64_MAX >> 10))
+        d.size_bytes = kib << 10;
       if (pci) {
         d.pci_bus_id = bus_id_of(pci);
         d.numa_node = numa_of(topo, pci);
@@ -320,115 +257,143 @@ Topology probe(const ProbeOptions& opt) {
       t.disks.push_back(d);
     }
   }
+}
 
-  // GPUs: NVML on live machines; otherwise what the PCI bus shows.
-  std::map<int, std::map<int, int>> nvlinks;  // gpu index → peer index → links
+// GPUs from NVML. GPUs NVML will not open (hidden by a cgroup, no permission) are
+// not ours to use; indices stay dense because placement indexes GPUs by them.
+void probe_nvml_gpus(hwloc_topology_t topo, const Nvml& nvml, const std::map<std::string, hwloc_obj_t>& pci_by_bus,
+                     Topology& t, Links& links) {
+  std::string driver = nvml.driver_version();
+  int count = nvml.device_count();
+  std::string refused;
   std::map<std::string, std::map<std::string, int>> nvlinks_by_bus;
-  bool from_nvml = false;
-  std::unique_ptr<Nvml> nvml;
+  for (int i = 0; i < count; ++i) {
+    std::optional<NvmlDevice> d = nvml.device(i, &refused);
+    if (!d) continue;
+    Gpu g;
+    g.index = static_cast<int>(t.gpus.size());
+    g.name = d->name;
+    if (!d->uuid.empty()) g.uuid = d->uuid;
+    g.memory_bytes = d->memory_bytes;
+    if (!d->pci_bus_id.empty()) g.pci_bus_id = d->pci_bus_id;
+    if (!driver.empty()) g.driver = driver;
+    g.source = "nvml";
+    Endpoint e;
+    if (auto it = pci_by_bus.find(d->pci_bus_id); it != pci_by_bus.end()) {
+      e.pci = it->second;
+      g.numa_node = numa_of(topo, e.pci);
+      g.cpus = local_cpus(topo, e.pci);
+    }
+    e.numa = g.numa_node;
+    if (g.pci_bus_id) nvlinks_by_bus[*g.pci_bus_id] = d->nvlinks;
+    links.nvswitch_links.push_back(d->nvswitch_links);
+    t.gpus.push_back(g);
+    links.gpus.push_back(e);
+  }
+  if (count > 0 && t.gpus.empty())
+    t.nvml_error = fmt::format("nvmlDeviceGetHandleByIndex: {} (all {} GPUs)", refused, count);
+  for (const Gpu& a : t.gpus)
+    for (const Gpu& b : t.gpus)
+      if (a.index != b.index && a.pci_bus_id && b.pci_bus_id)
+        if (auto it = nvlinks_by_bus[*a.pci_bus_id].find(*b.pci_bus_id); it != nvlinks_by_bus[*a.pci_bus_id].end())
+          links.nvlinks[{a.index, b.index}] = it->second;
+}
+
+// GPUs as the PCI bus shows them (no NVML): NVIDIA and AMD display/3D controllers.
+void probe_pci_gpus(hwloc_topology_t topo, const std::map<std::string, hwloc_obj_t>& pci_by_bus, Topology& t,
+                    Links& links) {
+  for (const auto& [bus, pci] : pci_by_bus) {
+    if (!is_gpu(pci)) continue;
+    Gpu g;
+    g.index = static_cast<int>(t.gpus.size());
+    std::string vendor = info(pci, "PCIVendor"), device = info(pci, "PCIDevice");
+    g.name = !device.empty() ? (vendor.empty() ? device : vendor + " " + device)
+                             : fmt::format("PCI {:04x}:{:04x}", pci->attr->pcidev.vendor_id, pci->attr->pcidev.device_id);
+    g.pci_bus_id = bus;
+    g.numa_node = numa_of(topo, pci);
+    g.cpus = local_cpus(topo, pci);
+    g.source = "pci";
+    t.gpus.push_back(g);
+    links.gpus.push_back({pci, g.numa_node});
+    links.nvswitch_links.push_back(0);
+  }
+}
+
+void add_fixture_gpus(hwloc_topology_t topo, const std::string& path,
+                      const std::map<std::string, hwloc_obj_t>& pci_by_bus, Topology& t, Links& links) {
+  const int base = static_cast<int>(t.gpus.size());
+  for (FixtureGpu& f : read_gpu_fixture(path, t.numa_nodes)) {
+    Gpu g = std::move(f.gpu);
+    g.index += base;
+    Endpoint e;
+    if (g.pci_bus_id)
+      if (auto it = pci_by_bus.find(*g.pci_bus_id); it != pci_by_bus.end()) {
+        e.pci = it->second;
+        if (!g.numa_node) g.numa_node = numa_of(topo, e.pci);
+        if (g.cpus.empty()) g.cpus = local_cpus(topo, e.pci);
+      }
+    e.numa = g.numa_node;
+    for (const auto& [peer, count] : f.nvlinks)
+      if (count > 0) {
+        links.nvlinks[{g.index, base + peer}] = count;
+        links.nvlinks[{base + peer, g.index}] = count;
+      }
+    t.gpus.push_back(std::move(g));
+    links.gpus.push_back(e);
+    links.nvswitch_links.push_back(0);
+  }
+}
+
+// The GPU↔GPU link: NV# for direct NVLinks or a shared NVSwitch fabric (every GPU
+// reaches every other through it, as `nvidia-smi topo -m` shows NV18 on HGX H100),
+// else what the PCIe tree says.
+std::string gpu_link(const Links& links, int a, int b) {
+  if (a == b) return "X";
+  auto it = links.nvlinks.find({a, b});
+  if (it != links.nvlinks.end() && it->second > 0) return fmt::format("NV{}", it->second);
+  int sa = links.nvswitch_links[static_cast<std::size_t>(a)], sb = links.nvswitch_links[static_cast<std::size_t>(b)];
+  if (sa > 0 && sb > 0) return fmt::format("NV{}", std::min(sa, sb));
+  return classify(links.gpus[static_cast<std::size_t>(a)], links.gpus[static_cast<std::size_t>(b)]);
+}
+
+std::vector<std::vector<std::string>> pcie_matrix(const std::vector<Endpoint>& rows, const std::vector<Endpoint>& cols) {
+  std::vector<std::vector<std::string>> m(rows.size(), std::vector<std::string>(cols.size()));
+  for (std::size_t i = 0; i < rows.size(); ++i)
+    for (std::size_t j = 0; j < cols.size(); ++j) m[i][j] = classify(rows[i], cols[j]);
+  return m;
+}
+
+}  // namespace
+
+Topology probe(const ProbeOptions& opt) {
+  if (opt.synthetic && opt.xml_path) throw Error(Exit::Usage, "--input and --synthetic exclude each other");
+  TopoPtr holder = load_hwloc(opt);
+  hwloc_topology_t topo = holder.get();
+  Topology t;
+  t.source = opt.synthetic ? "synthetic" : opt.xml_path ? "xml" : "live";
+  probe_cpus(topo, t);
+
+  Links links;
+  probe_nics_and_disks(topo, t, links);
+  std::map<std::string, hwloc_obj_t> pci_by_bus;
+  for (hwloc_obj_t p = hwloc_get_next_pcidev(topo, nullptr); p; p = hwloc_get_next_pcidev(topo, p))
+    pci_by_bus[bus_id_of(p)] = p;
+  // GPUs: NVML on live machines; otherwise (or when NVML has none) the PCI bus.
   if (t.source == "live" && opt.use_nvml) {
     std::string why;
-    nvml = Nvml::load(why);
-    if (!nvml) t.nvml_error = why;
+    if (std::unique_ptr<Nvml> nvml = Nvml::load(why)) probe_nvml_gpus(topo, *nvml, pci_by_bus, t, links);
+    else t.nvml_error = why;
   }
-  if (nvml) {
-    std::string driver = nvml->driver_version();
-    int count = nvml->device_count();
-    std::string refused;
-    for (int i = 0; i < count; ++i) {
-      // GPUs NVML will not open (hidden by a cgroup, no permission) are not ours to use.
-      std::optional<NvmlDevice> d = nvml->device(i, &refused);
-      if (!d) continue;
-      Gpu g;
-      g.index = static_cast<int>(t.gpus.size());  // indices stay dense: placement indexes gpus by it
-      g.name = d->name;
-      if (!d->uuid.empty()) g.uuid = d->uuid;
-      g.memory_bytes = d->memory_bytes;
-      if (!d->pci_bus_id.empty()) g.pci_bus_id = d->pci_bus_id;
-      if (!driver.empty()) g.driver = driver;
-      g.source = "nvml";
-      Endpoint e;
-      if (auto it = pci_by_bus.find(d->pci_bus_id); it != pci_by_bus.end()) {
-        e.pci = it->second;
-        g.numa_node = numa_of(topo, e.pci);
-        g.cpus = local_cpus(topo, e.pci);
-      }
-      e.numa = g.numa_node;
-      if (g.pci_bus_id) nvlinks_by_bus[*g.pci_bus_id] = d->nvlinks;
-      t.gpus.push_back(g);
-      gpu_ends.push_back(e);
-    }
-    from_nvml = !t.gpus.empty();
-    if (count > 0 && !from_nvml)
-      t.nvml_error = fmt::format("nvmlDeviceGetHandleByIndex: {} (all {} GPUs)", refused, count);
-  }
-  if (!from_nvml) {
-    for (const auto& [bus, pci] : pci_by_bus) {
-      if (!is_gpu(pci)) continue;
-      Gpu g;
-      g.index = static_cast<int>(t.gpus.size());
-      std::string vendor = info(pci, "PCIVendor"), device = info(pci, "PCIDevice");
-      g.name = !device.empty() ? (vendor.empty() ? device : vendor + " " + device)
-                               : fmt::format("PCI {:04x}:{:04x}", pci->attr->pcidev.vendor_id,
-                                             pci->attr->pcidev.device_id);
-      g.pci_bus_id = bus;
-      g.numa_node = numa_of(topo, pci);
-      g.cpus = local_cpus(topo, pci);
-      g.source = "pci";
-      t.gpus.push_back(g);
-      gpu_ends.push_back({pci, g.numa_node});
-    }
-  }
-  for (std::size_t i = 0; i < t.gpus.size(); ++i)
-    for (std::size_t j = 0; j < t.gpus.size(); ++j)
-      if (i != j && t.gpus[i].pci_bus_id && t.gpus[j].pci_bus_id) {
-        int n = nvlinks_by_bus[*t.gpus[i].pci_bus_id][*t.gpus[j].pci_bus_id];
-        if (n > 0) nvlinks[static_cast<int>(i)][static_cast<int>(j)] = n;
-      }
+  if (t.gpus.empty()) probe_pci_gpus(topo, pci_by_bus, t, links);
+  if (!opt.gpu_fixture.empty()) add_fixture_gpus(topo, opt.gpu_fixture, pci_by_bus, t, links);
 
-  if (!opt.gpu_fixture.empty()) {
-    int base = static_cast<int>(t.gpus.size());
-    for (auto& f : read_fixture(opt.gpu_fixture, t.numa_nodes)) {
-      Gpu g = f.gpu;
-      g.index = static_cast<int>(t.gpus.size());
-      Endpoint e;
-      if (g.pci_bus_id) {
-        if (auto it = pci_by_bus.find(*g.pci_bus_id); it != pci_by_bus.end()) {
-          e.pci = it->second;
-          if (!g.numa_node) g.numa_node = numa_of(topo, e.pci);
-          if (g.cpus.empty()) g.cpus = local_cpus(topo, e.pci);
-        }
-      }
-      e.numa = g.numa_node;
-      for (const auto& [peer, count] : f.nvlinks)
-        if (count > 0) {
-          nvlinks[g.index][base + peer] = count;
-          nvlinks[base + peer][g.index] = count;
-        }
-      t.gpus.push_back(g);
-      gpu_ends.push_back(e);
-    }
-  }
-
-  // `square`: rows and columns are the same devices (X on the diagonal); NVLink
-  // counts are indexed by GPU, so only the GPU × GPU matrix looks them up.
-  auto matrix = [&](const std::vector<Endpoint>& rows, const std::vector<Endpoint>& cols, bool square,
-                    bool gpu_pairs) {
-    std::vector<std::vector<std::string>> m(rows.size(), std::vector<std::string>(cols.size()));
-    for (std::size_t i = 0; i < rows.size(); ++i)
-      for (std::size_t j = 0; j < cols.size(); ++j) {
-        if (square && i == j) {
-          m[i][j] = "X";
-          continue;
-        }
-        int nv = gpu_pairs ? nvlinks[static_cast<int>(i)][static_cast<int>(j)] : 0;
-        m[i][j] = nv > 0 ? fmt::format("NV{}", nv) : classify(rows[i], cols[j]);
-      }
-    return m;
-  };
-  t.gpu_links = matrix(gpu_ends, gpu_ends, true, true);
-  t.gpu_nic_links = matrix(gpu_ends, nic_ends, false, false);
-  t.nic_links = matrix(nic_ends, nic_ends, true, false);
+  const std::size_t n = t.gpus.size();
+  t.gpu_links.assign(n, std::vector<std::string>(n));
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t j = 0; j < n; ++j) t.gpu_links[i][j] = gpu_link(links, static_cast<int>(i), static_cast<int>(j));
+  t.gpu_nic_links = pcie_matrix(links.gpus, links.nics);
+  t.nic_links = pcie_matrix(links.nics, links.nics);
+  for (std::size_t i = 0; i < t.nics.size(); ++i) t.nic_links[i][i] = "X";
   return t;
 }
 
@@ -447,10 +412,10 @@ Json Topology::to_json() const {
   j["os"] = os.empty() ? Json(nullptr) : Json(os);
   j["architecture"] = architecture.empty() ? Json(nullptr) : Json(architecture);
   j["cpu_model"] = cpu_model.empty() ? Json(nullptr) : Json(cpu_model);
-  j["packages"] = packages;
+  j["package_count"] = packages;
   j["numa_node_count"] = numa_nodes.size();
-  j["cores"] = cores.size();
-  j["pus"] = pus;
+  j["core_count"] = cores.size();
+  j["pu_count"] = pus;
   std::uint64_t mem = 0;
   for (const auto& n : numa_nodes) mem += n.memory_bytes;
   j["memory_bytes"] = mem;
@@ -461,9 +426,9 @@ Json Topology::to_json() const {
   j["caches"] = Json::array();
   for (const auto& c : caches)
     j["caches"].push_back({{"level", c.level}, {"type", c.type}, {"size_bytes", c.size_bytes}, {"count", c.count}});
-  j["core_list"] = Json::array();
+  j["cores"] = Json::array();
   for (const auto& c : cores)
-    j["core_list"].push_back({{"index", c.index}, {"package", c.package}, {"numa_node", c.numa_node}, {"pus", c.pus}});
+    j["cores"].push_back({{"index", c.index}, {"package", c.package}, {"numa_node", c.numa_node}, {"pus", c.pus}});
   j["gpus"] = Json::array();
   for (const auto& g : gpus)
     j["gpus"].push_back({{"index", g.index}, {"name", g.name}, {"uuid", opt_json(g.uuid)},

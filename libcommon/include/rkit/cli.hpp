@@ -17,7 +17,9 @@
 // --json, --csv, -v/--verbose, -q/--quiet, --config FILE. They also work after a
 // subcommand. A hidden --print-completion bash|zsh|fish prints the shell completion
 // script generated from the same option table (see completion.hpp).
-// Usage errors exit 64; rkit::Error exits with its code; anything else 70.
+// Usage errors exit 64; rkit::Error exits with its code; anything else 70. The
+// configuration is loaded before the body runs, so a bad file is always reported
+// (78), and output that could not be written (closed pipe, full disk) exits 74.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -51,7 +53,7 @@ class Tool {
 
   // Parses argv, then calls `body` (which returns the exit code). Returns the exit
   // code: 0 after --help/--version, 64 on usage errors, the Error's code when the
-  // body throws rkit::Error, 70 for other exceptions.
+  // body throws rkit::Error, 70 for other exceptions, 74 when stdout lost output.
   int run(int argc, char** argv, const std::function<int()>& body);
 
   // The configuration (search order in config.hpp), loaded on first use.
@@ -61,6 +63,7 @@ class Tool {
   std::string version_line() const;
 
  private:
+  int finish_output(int code);
   std::string name_;
   CLI::App app_;
   CommonOptions opts_;
@@ -71,5 +74,10 @@ class Tool {
 // Prints a usage error (exit 64) the way parse errors are printed. For checks CLI11
 // cannot express (e.g. "--count must be at least 1").
 [[noreturn]] void usage_error(const std::string& message);
+
+// Flushes std::cout and throws Error(IoErr) "write stdout: ..." if anything written
+// to it was lost (a closed pipe, a full disk). Tool::run calls it after the body;
+// streaming loops call it after each record so that they stop at once.
+void check_stdout();
 
 }  // namespace rkit

@@ -53,6 +53,9 @@ class Printer {
  private:
   const Json& lookup(const Json& record, const Column& col) const;
   void write_table_row(const std::vector<std::string>& row);
+  // Streaming output is flushed per record; a lost write throws Error(IoErr) so
+  // that an endless stream stops when its reader goes away.
+  void flush_checked();
   std::ostream& out_;
   Format format_;
   std::vector<Column> columns_;

@@ -12,7 +12,7 @@
 //   if (!r.status.success()) ... r.status.describe() ... r.err ...
 //
 // A Child that goes out of scope while running is killed (SIGKILL to its group)
-// and reaped: no orphans, no zombies. Not thread-safe per Child.
+// and reaped, without throwing: no orphans, no zombies. Not thread-safe per Child.
 #pragma once
 
 #include <sys/types.h>
@@ -90,7 +90,9 @@ class Child {
   int take_stdout_fd() { return std::exchange(out_fd_, -1); }
   int take_stderr_fd() { return std::exchange(err_fd_, -1); }
 
-  // Sends `sig` to the child's process group (or to the child alone when it has none).
+  // Sends `sig` to the child's process group, also after the child itself has been
+  // reaped while others in its group remain; to the child alone, while it runs, when
+  // it has no group of its own.
   void signal(int sig) const;
   // Non-blocking check; the status once the child has ended.
   std::optional<ExitStatus> try_wait();
@@ -100,12 +102,18 @@ class Child {
   // SIGTERM to the group; SIGKILL after `grace_s` if still running; reaps.
   ExitStatus terminate(double grace_s);
   bool running() const { return pid_ > 0 && !status_; }
+  // Whether the child leads its own process group (SpawnOptions::new_process_group).
+  bool own_group() const { return own_group_; }
 
  private:
   Child() = default;
+  // Kills (SIGKILL to the group) and reaps a running child, closes the descriptors
+  // and leaves no process; never throws.
+  void reset() noexcept;
   void reset_fds();
   pid_t pid_ = -1;
   bool own_group_ = true;
+  mutable bool group_alive_ = true;  // false once kill(-pid) said the group is empty
   int in_fd_ = -1, out_fd_ = -1, err_fd_ = -1;
   int pidfd_ = -1;
   std::optional<ExitStatus> status_;
@@ -120,21 +128,34 @@ struct RunResult {
 };
 
 // Runs to completion, capturing piped outputs and feeding `input` to a piped stdin.
-// With a timeout, the group gets SIGTERM when it passes, then SIGKILL after grace_s.
+// With a timeout, the group gets SIGTERM when it passes, then SIGKILL after grace_s,
+// or when the child has ended if that is sooner: members of the group that ignore
+// SIGTERM do not outlive run().
 RunResult run(const SpawnOptions& options, std::optional<double> timeout_s = std::nullopt,
               double grace_s = 5.0, std::string_view input = {});
 
 // While alive, SIGINT, SIGTERM and SIGHUP received by this process are forwarded to
 // the registered children's process groups instead of killing us; the caller then
 // sees its children end and decides. One instance at a time.
+//
+// A signal that arrives between Child::spawn() and add() is not forwarded to that
+// child (it only updates last_signal()). spawn() below closes this window: it blocks
+// the forwarded signals in the calling thread from before the spawn until the child
+// is registered, so that one arriving meanwhile is delivered, and forwarded, after.
+// In a program with other threads, they must block these signals too for that to hold.
 class SignalForwarder {
  public:
   SignalForwarder();
   ~SignalForwarder();
   SignalForwarder(const SignalForwarder&) = delete;
   SignalForwarder& operator=(const SignalForwarder&) = delete;
+  // Registers a child. It must lead its own process group (signals go to the group):
+  // otherwise, or for a Child without a process, throws rkit::Error (70), as it does
+  // beyond 64 children.
   void add(const Child& child);
   void remove(const Child& child);
+  // Child::spawn(options) then add(), with no window for a signal to be missed.
+  Child spawn(const SpawnOptions& options);
   // The last signal received (0 if none).
   int last_signal() const;
 };
