@@ -110,6 +110,14 @@ std::string single_quote(const std::string& s) {
   return out + "'";
 }
 
+// The subcommand paths as one shell case pattern: 'place'|'cluster add'.
+std::string subcommand_paths(const std::vector<Level>& levels) {
+  std::vector<std::string> paths;
+  for (const auto& l : levels)
+    if (!l.path.empty()) paths.push_back(single_quote(l.path));
+  return join(paths, "|");
+}
+
 std::string bash(const std::string& tool, const std::vector<Level>& levels) {
   std::string fn = "_" + tool + "_complete";
   std::string s = fmt::format(
@@ -121,10 +129,7 @@ std::string bash(const std::string& tool, const std::vector<Level>& levels) {
       "    next=\"${{cmdpath:+$cmdpath }}${{COMP_WORDS[i]}}\"\n"
       "    case \"$next\" in\n",
       tool, fn);
-  std::vector<std::string> paths;
-  for (const auto& l : levels)
-    if (!l.path.empty()) paths.push_back(single_quote(l.path));
-  if (!paths.empty()) s += "      " + join(paths, "|") + ") cmdpath=$next ;;\n";
+  if (std::string paths = subcommand_paths(levels); !paths.empty()) s += "      " + paths + ") cmdpath=$next ;;\n";
   s += "    esac\n  done\n  case \"$prev\" in\n";
   for (const auto& o : value_options(levels)) {
     s += "    " + join(o.names, "|") + ")\n";
@@ -176,10 +181,7 @@ std::string zsh(const std::string& tool, const std::vector<Level>& levels) {
       "    next=\"${{cmdpath:+$cmdpath }}${{words[i]}}\"\n"
       "    case \"$next\" in\n",
       tool);
-  std::vector<std::string> paths;
-  for (const auto& l : levels)
-    if (!l.path.empty()) paths.push_back(single_quote(l.path));
-  if (!paths.empty()) s += "      (" + join(paths, "|") + ") cmdpath=$next ;;\n";
+  if (std::string paths = subcommand_paths(levels); !paths.empty()) s += "      (" + paths + ") cmdpath=$next ;;\n";
   s += "    esac\n  done\n  case \"${words[CURRENT-1]}\" in\n";
   for (const auto& o : value_options(levels)) {
     s += "    (" + join(o.names, "|") + ")\n";

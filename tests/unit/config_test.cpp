@@ -152,15 +152,6 @@ TEST_F(ConfigTest, LoadsTheFileFromTheEnvironment) {
   EXPECT_EQ(cfg.get_string("rtop.policy"), "pack");
 }
 
-Error config_error(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e;
-  }
-  ADD_FAILURE() << "no error thrown";
-  return Error(Exit::Ok, "");
-}
 
 TEST_F(ConfigTest, WrongTypeIsAConfigErrorNamingFileAndKey) {
   std::string path = make_config("c.toml",
@@ -171,39 +162,39 @@ TEST_F(ConfigTest, WrongTypeIsAConfigErrorNamingFileAndKey) {
                                  "ranks = 1\n"
                                  "enabled = true\n");
   Config cfg = load_config(path);
-  Error e1 = config_error([&] { cfg.get_string("rtop.policy"); });
+  Error e1 = testing::error_of([&] { cfg.get_string("rtop.policy"); });
   EXPECT_EQ(e1.code(), Exit::Config);
   EXPECT_TRUE(contains(e1.what(), path + ":2:")) << e1.what();
   EXPECT_TRUE(contains(e1.what(), "rtop.policy")) << e1.what();
 
-  Error e2 = config_error([&] { cfg.get_number("rtop.interval_s"); });
+  Error e2 = testing::error_of([&] { cfg.get_number("rtop.interval_s"); });
   EXPECT_EQ(e2.code(), Exit::Config);
   EXPECT_TRUE(contains(e2.what(), "rtop.interval_s")) << e2.what();
   EXPECT_TRUE(contains(e2.what(), path + ":3:")) << e2.what();
 
-  Error e3 = config_error([&] { cfg.get_bool("rtop.smt"); });
+  Error e3 = testing::error_of([&] { cfg.get_bool("rtop.smt"); });
   EXPECT_EQ(e3.code(), Exit::Config);
   EXPECT_TRUE(contains(e3.what(), "rtop.smt")) << e3.what();
 
-  Error e4 = config_error([&] { cfg.get_bool("rtop.ranks"); });
+  Error e4 = testing::error_of([&] { cfg.get_bool("rtop.ranks"); });
   EXPECT_EQ(e4.code(), Exit::Config) << "an integer is not a boolean";
   EXPECT_TRUE(contains(e4.what(), "rtop.ranks")) << e4.what();
 
-  Error e5 = config_error([&] { cfg.get_number("rtop.smt"); });
+  Error e5 = testing::error_of([&] { cfg.get_number("rtop.smt"); });
   EXPECT_EQ(e5.code(), Exit::Config) << "a string is not a number";
   EXPECT_TRUE(contains(e5.what(), "rtop.smt")) << e5.what();
 
-  Error e7 = config_error([&] { cfg.get_number("rtop.enabled"); });
+  Error e7 = testing::error_of([&] { cfg.get_number("rtop.enabled"); });
   EXPECT_EQ(e7.code(), Exit::Config) << "a boolean is not a number";
   EXPECT_TRUE(contains(e7.what(), path + ":6:")) << e7.what();
 
-  Error e6 = config_error([&] { cfg.get_string("rtop"); });
+  Error e6 = testing::error_of([&] { cfg.get_string("rtop"); });
   EXPECT_EQ(e6.code(), Exit::Config) << "a table is not a string";
 }
 
 TEST_F(ConfigTest, ParseErrorNamesFileLineAndColumn) {
   std::string path = make_config("bad.toml", "ok = 1\n[rtop]\npolicy = = \"x\"\n");
-  Error e = config_error([&] { load_config(path); });
+  Error e = testing::error_of([&] { load_config(path); });
   EXPECT_EQ(e.code(), Exit::Config);
   EXPECT_EQ(static_cast<int>(e.code()), 78);
   EXPECT_TRUE(std::regex_search(std::string(e.what()), std::regex("^" + path + R"(:3:[0-9]+: \S)"))) << e.what();
