@@ -44,7 +44,10 @@ void usage_error(const std::string& message) { throw Error(Exit::Usage, message)
 
 void check_stdout() {
   errno = 0;
-  std::cout.flush();
+  try {
+    std::cout.flush();
+  } catch (const std::ios_base::failure&) {  // when the stream throws on errors
+  }
   if (std::cout) return;
   int err = errno ? errno : EIO;
   std::cout.clear();
@@ -83,9 +86,20 @@ int Tool::run(int argc, char** argv, const std::function<int()>& body) {
       return finish_output(0);
     }
     if (opts_.json && opts_.csv) usage_error("--json and --csv exclude each other");
+    if (app_.count("--config") && opts_.config.empty()) usage_error("--config needs a file name");
     config();  // a broken or missing configuration file is reported whatever the command
-    int code = body();
-    check_stdout();
+    // A failed write to stdout throws at once, while errno still says why.
+    std::cout.exceptions(std::ios::badbit);
+    int code = 0;
+    try {
+      code = body();
+      check_stdout();
+    } catch (const std::ios_base::failure&) {
+      int err = errno ? errno : EIO;
+      std::cout.exceptions(std::ios::goodbit);
+      std::cout.clear();
+      throw system_error("write stdout", err);
+    }
     return code;
   } catch (const std::exception& e) {
     return report_error(name_, e, std::cerr, opts_.verbose);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <iostream>
 
 #include "rkit/error.hpp"
 
@@ -13,7 +14,12 @@ Printer::Printer(std::ostream& out, Format format, std::vector<Column> columns, 
 }
 
 Printer::~Printer() {
-  if (!finished_) finish();
+  // A destructor must not throw: a write that fails here leaves the stream bad, and
+  // Tool::run reports it. Call finish() to get the error where it happens.
+  try {
+    if (!finished_) finish();
+  } catch (...) {
+  }
 }
 
 const Json& Printer::lookup(const Json& record, const Column& col) const {
@@ -110,7 +116,7 @@ void Printer::print(const Json& record) {
 void Printer::flush_checked() {
   errno = 0;
   out_.flush();
-  if (!out_) throw system_error("write output", errno ? errno : EIO);
+  if (!out_) throw system_error(&out_ == &std::cout ? "write stdout" : "write output", errno ? errno : EIO);
 }
 
 void Printer::finish() {

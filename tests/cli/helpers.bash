@@ -8,6 +8,8 @@ RKIT_ROOT=$(cd "$BATS_TEST_DIRNAME/../.." && pwd)
 FIXTURES=$RKIT_ROOT/tests/fixtures
 for dir in "$RKIT_BUILD_DIR"/tools/*/; do PATH="$dir:$PATH"; done
 export PATH RKIT_ROOT FIXTURES RKIT_BUILD_DIR
+# The tools must not read the configuration of whoever runs the tests.
+export RKIT_CONFIG=$FIXTURES/empty.toml XDG_CONFIG_HOME=$FIXTURES/no-such-dir
 
 # Asserts that stderr (captured by `run --separate-stderr`) is exactly one line.
 assert_one_line_stderr() {

@@ -259,7 +259,7 @@ SYN="pack:2 numa:2 core:8 pu:2"
   run --separate-stderr timeout 20 bash -c 'trap "" PIPE; set -o pipefail; rtop sample --interval 50ms --json | head -n 1'
   assert_failure 74
   assert_one_line_stderr
-  [[ "$stderr" == "rtop: error: write output: Broken pipe" ]]
+  [[ "$stderr" == "rtop: error: write stdout: Broken pipe" ]]
   assert_equal "$(jq -r .schema <<<"$output")" rkit.sample.v1
   # Otherwise it ends by SIGPIPE (141), as `yes | head` does, or with 74 when this
   # test runner itself was started with SIGPIPE ignored; either way it stops.
@@ -300,4 +300,36 @@ SYN="pack:2 numa:2 core:8 pu:2"
   run --separate-stderr rtop --csv
   assert_failure 64
   assert_one_line_stderr
+}
+
+@test "odd topologies: cores without a NUMA node, shared PUs, HBM nodes" {
+  out=$(rtop --input "$FIXTURES/numa_missing.xml" place --ranks 4 --json)
+  assert_equal "$(jq -s -c 'map(.cores | length)' <<<"$out")" "[1,1,1,1]"
+  assert_equal "$(jq -s '[.[].cores[]] | unique | length' <<<"$out")" 4
+  run --separate-stderr rtop --input "$FIXTURES/shared_pus.xml"
+  assert_failure 65
+  assert_one_line_stderr
+  [[ "$stderr" == *"shared_pus.xml: core 1 shares hardware threads with another core" ]]
+  out=$(rtop --input "$FIXTURES/hbm.xml" --gpus "$FIXTURES/gpus_hbm.json" place --ranks 2 --gpus-per-rank 1 --cpus-per-rank 2 --json)
+  assert_equal "$(jq -s -c 'map([.numa_node, .numa_local])' <<<"$out")" "[[1,true],[3,true]]"
+}
+
+@test "inputs too large or ambiguous are refused with one line" {
+  run --separate-stderr rtop --synthetic "pack:99999 core:99999 pu:99999"
+  assert_failure 64
+  assert_one_line_stderr
+  run --separate-stderr rtop --input "$FIXTURES/dgx_like.xml" --gpus "$FIXTURES/gpus_bad_bus_id_duplicate.json"
+  assert_failure 65
+  [[ "$stderr" == *"pci_bus_id 0000:05:00.0 is also GPU 0's"* ]]
+  run --separate-stderr rtop --gpus ""
+  assert_failure 64
+  run --separate-stderr rtop --config ""
+  assert_failure 64
+  run --separate-stderr bash -c 'echo "{}" | rtop --input - --gpus -'
+  assert_failure 64
+  assert_one_line_stderr
+  # output beyond stdio's buffer still reports why it was lost
+  run --separate-stderr bash -c 'rtop --synthetic "pack:16 core:64 pu:4" --json > /dev/full'
+  assert_failure 74
+  [[ "$stderr" == "rtop: error: write stdout: No space left on device" ]]
 }

@@ -197,12 +197,14 @@ TEST(Run, TimeoutKillsTheWholeProcessGroup) {
 }
 
 TEST(Run, ChildIgnoringSigtermIsKilledAfterTheGrace) {
-  RunResult r = run(sh("trap '' TERM; sleep 30"), 0.3, /*grace_s=*/0.3);
+  // The timeout leaves the shell a whole second to set its trap, even on a loaded
+  // machine: a SIGTERM before the trap would end it without testing the SIGKILL.
+  RunResult r = run(sh("trap '' TERM; sleep 30"), 1.0, /*grace_s=*/0.3);
   EXPECT_TRUE(r.timed_out);
   EXPECT_TRUE(r.status.signaled());
   EXPECT_EQ(r.status.signal(), SIGKILL);
   EXPECT_EQ(r.status.shell_code(), 137);
-  EXPECT_GE(r.elapsed_s, 0.55);
+  EXPECT_GE(r.elapsed_s, 1.25);
   EXPECT_LT(r.elapsed_s, 5.0);
 }
 
@@ -212,7 +214,8 @@ TEST(Run, TimeoutKillsGrandchildrenThatIgnoreSigterm) {
   for (std::string outer : {"", "trap '' TERM; "}) {
     TempDir dir;
     std::string pidfile = dir.file("bg.pid");
-    RunResult r = run(sh(outer + "(trap '' TERM; sleep 30) & echo $! > " + pidfile + "; sleep 30"), 0.5,
+    // A second for the shells to set their traps (see above).
+    RunResult r = run(sh(outer + "(trap '' TERM; sleep 30) & echo $! > " + pidfile + "; sleep 30"), 1.0,
                       /*grace_s=*/0.3);
     EXPECT_TRUE(r.timed_out) << outer;
     EXPECT_LT(r.elapsed_s, 5.0) << outer;

@@ -13,7 +13,8 @@
 namespace rkit::rtop {
 namespace {
 
-constexpr int kMaxNvLinks = 64;  // more than any GPU has (H100: 18)
+constexpr int kMaxNvLinks = 64;    // more than any GPU has (H100: 18)
+constexpr int kMaxGpus = 1024;     // more than any machine has; bounds the link matrix
 
 [[noreturn]] void bad(const std::string& where, const std::string& what) {
   throw Error(Exit::DataErr, fmt::format("{}: {}", where, what));
@@ -41,8 +42,11 @@ std::vector<FixtureGpu> read_gpu_fixture(const std::string& path, const std::vec
   Json doc = parse_json(read_file(path), path);
   check_schema(doc, "rkit.gpu_fixture", 1, path);
   if (!doc.contains("gpus") || !doc["gpus"].is_array()) bad(path, "\"gpus\" must be an array");
-  static const std::regex kBusId("([0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\\.[0-7]");
+  // PCI bus ids: bb:dd.f with a 4-digit domain, or NVML's 8-digit one (upper half 0).
+  static const std::regex kBusId("((0000)?[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\\.[0-7]");
   const int count = static_cast<int>(doc["gpus"].size());
+  if (count > kMaxGpus) bad(path, fmt::format("{} GPUs: at most {} are supported", count, kMaxGpus));
+  std::map<std::string, int> bus_ids;
   std::vector<FixtureGpu> out;
   for (int i = 0; i < count; ++i) {
     const Json& g = doc["gpus"][static_cast<std::size_t>(i)];
@@ -61,6 +65,8 @@ std::vector<FixtureGpu> read_gpu_fixture(const std::string& path, const std::vec
       std::string bus = string_field(g, "pci_bus_id", where);
       if (!std::regex_match(bus, kBusId)) bad(where, fmt::format("\"pci_bus_id\" '{}' is not [dddd:]bb:dd.f", bus));
       f.gpu.pci_bus_id = normalize_bus_id(bus.find(':') == bus.rfind(':') ? "0000:" + bus : bus);
+      if (auto [it, fresh] = bus_ids.emplace(*f.gpu.pci_bus_id, i); !fresh)
+        bad(where, fmt::format("pci_bus_id {} is also GPU {}'s", *f.gpu.pci_bus_id, it->second));
     }
     if (g.contains("numa_node")) {
       int n = static_cast<int>(integer_field(g["numa_node"], "\"numa_node\"", 0, INT_MAX, where));
@@ -75,7 +81,8 @@ std::vector<FixtureGpu> read_gpu_fixture(const std::string& path, const std::vec
       for (const auto& [key, value] : g["nvlinks"].items()) {
         int peer = -1;
         auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), peer);
-        if (ec != std::errc() || end != key.data() + key.size() || peer < 0 || peer >= count)
+        if (ec != std::errc() || end != key.data() + key.size() || key != std::to_string(peer) || peer < 0 ||
+            peer >= count)
           bad(where, fmt::format("nvlinks names GPU '{}', but the fixture has GPUs 0-{}", key, count - 1));
         if (peer == i) bad(where, "nvlinks names the GPU itself");
         f.nvlinks[peer] = static_cast<int>(integer_field(value, "an NVLink count", 0, kMaxNvLinks, where));

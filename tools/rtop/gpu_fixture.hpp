@@ -20,9 +20,10 @@ struct FixtureGpu {
   std::map<int, int> nvlinks;  // peer index (in the file) → number of NVLinks
 };
 
-// Reads and validates a fixture ("-" reads stdin): schema, types and ranges, NUMA
-// nodes that exist in `numas`, PCI bus ids of the form [dddd:]bb:dd.f, NVLink peers
-// that exist, are not the GPU itself, and agree from both ends. Any violation throws
+// Reads and validates a fixture ("-" reads stdin): schema, at most 1024 GPUs, types
+// and ranges, NUMA nodes that exist in `numas`, distinct PCI bus ids of the form
+// [dddd:]bb:dd.f, NVLink peers written as plain indices that exist, are not the GPU
+// itself, and agree from both ends. Any violation throws
 // Error(DataErr) naming the file and the GPU; a missing file Error(NoInput).
 std::vector<FixtureGpu> read_gpu_fixture(const std::string& path, const std::vector<NumaNode>& numas);
 

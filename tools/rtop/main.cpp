@@ -47,6 +47,8 @@ int main(int argc, char** argv) {
     const CommonOptions& opts = tool.options();
     if (app.count("--input")) probe_opt.xml_path = input;
     if (app.count("--synthetic")) probe_opt.synthetic = synthetic;
+    if (app.count("--gpus") && probe_opt.gpu_fixture.empty()) usage_error("--gpus needs a file name (or - for stdin)");
+    if (input == "-" && probe_opt.gpu_fixture == "-") usage_error("--input and --gpus cannot both read stdin");
     if (*sample_cmd) {
       if (probe_opt.xml_path || probe_opt.synthetic)
         usage_error("sample reads this machine: --input and --synthetic do not apply");
@@ -64,6 +66,7 @@ int main(int argc, char** argv) {
       req.policy = !policy.empty() ? *parse_policy(policy) : policy_from_config(tool.config());
       Printer out(std::cout, opts.format(), placement_columns());
       for (const auto& p : place(topo, req)) out.print(p.to_json());
+      out.finish();
       return 0;
     }
     if (*matrix) {

@@ -136,10 +136,26 @@ std::vector<RankPlacement> place(const Topology& t, const PlaceRequest& req) {
     cursor = req.policy == Policy::Spread ? *pick + 1 : *pick;
   }
 
-  // Ranks still short of cores take them from whatever nodes have some left.
+  // Ranks still short of cores take the nearest ones left: on the node of the rank's
+  // GPU (or of the cores it has), then in the same package, then anywhere.
+  std::map<int, int> package_of;  // NUMA node → package of its first core
+  for (const auto& node : t.numa_nodes)
+    if (!node.cores.empty()) package_of[node.os_index] = t.cores[static_cast<std::size_t>(node.cores.front())].package;
   for (auto& p : out) {
     int short_by = c - static_cast<int>(p.cores.size());
-    for (std::size_t k = 0; short_by > 0 && k < node_ids.size(); ++k) short_by -= take(node_ids[k], short_by, p.cores);
+    if (short_by == 0) continue;
+    std::optional<int> near;
+    if (!p.gpus.empty()) near = t.gpus[static_cast<std::size_t>(p.gpus.front())].numa_node;
+    if (!near && !p.cores.empty()) near = t.cores[static_cast<std::size_t>(p.cores.front())].numa_node;
+    auto distance = [&](int node) {
+      if (!near || !package_of.count(node) || !package_of.count(*near)) return 2;
+      return node == *near ? 0 : package_of[node] == package_of[*near] ? 1 : 2;
+    };
+    std::vector<int> by_distance = node_ids;
+    std::stable_sort(by_distance.begin(), by_distance.end(), [&](int a, int b) { return distance(a) < distance(b); });
+    for (int node : by_distance) short_by -= take(node, short_by, p.cores);
+    if (short_by > 0)  // cannot happen while every core belongs to a node; keep the promise anyway
+      throw Error(Exit::DataErr, fmt::format("not enough cores: rank {} is {} short", p.rank, short_by));
   }
 
   std::map<std::string, int> nic_use;

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <regex>
 
 #include "gpu_fixture.hpp"
 #include "nvml.hpp"
@@ -34,12 +35,28 @@ std::string info(hwloc_obj_t obj, const char* name) {
   return v ? v : "";
 }
 
+// hwloc builds a synthetic topology object by object: refuse descriptions with more
+// hardware threads than any machine has, before hwloc spends minutes on them.
+void check_synthetic_size(const std::string& desc) {
+  constexpr double kMaxPus = 1 << 20;
+  static const std::regex kLevel(":([0-9]+)");
+  double pus = 1;
+  for (auto it = std::sregex_iterator(desc.begin(), desc.end(), kLevel); it != std::sregex_iterator(); ++it)
+    pus *= std::stod((*it)[1].str());
+  if (pus > kMaxPus)
+    throw Error(Exit::Usage, fmt::format("synthetic topology '{}' has {:.0f} hardware threads: at most {:.0f}", desc,
+                                         pus, kMaxPus));
+}
+
+std::string input_name(const std::string& path) { return path == "-" ? "<stdin>" : path; }
+
 TopoPtr load_hwloc(const ProbeOptions& opt) {
   hwloc_topology_t raw = nullptr;
   if (hwloc_topology_init(&raw) != 0) throw Error(Exit::Software, "hwloc_topology_init failed");
   TopoPtr topo(raw, hwloc_topology_destroy);
   std::string xml;  // must outlive hwloc_topology_load
   if (opt.synthetic) {
+    check_synthetic_size(*opt.synthetic);
     if (opt.synthetic->empty() || hwloc_topology_set_synthetic(raw, opt.synthetic->c_str()) != 0)
       throw Error(Exit::Usage, fmt::format("invalid synthetic topology '{}'", *opt.synthetic),
                   "e.g. \"pack:2 numa:2 core:8 pu:2\"");
@@ -47,12 +64,13 @@ TopoPtr load_hwloc(const ProbeOptions& opt) {
     if (opt.xml_path->empty()) throw Error(Exit::Usage, "--input needs a file name (or - for stdin)");
     xml = read_file(*opt.xml_path);  // from a buffer, so that "-" (stdin) works too
     if (hwloc_topology_set_xmlbuffer(raw, xml.data(), static_cast<int>(xml.size())) != 0)
-      throw Error(Exit::DataErr, fmt::format("{}: not an hwloc XML topology", *opt.xml_path));
+      throw Error(Exit::DataErr, fmt::format("{}: not an hwloc XML topology", input_name(*opt.xml_path)));
   }
   hwloc_topology_set_io_types_filter(raw, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
   hwloc_topology_set_icache_types_filter(raw, HWLOC_TYPE_FILTER_KEEP_ALL);  // as lstopo shows them
   if (hwloc_topology_load(raw) != 0) {
-    if (opt.xml_path) throw Error(Exit::DataErr, fmt::format("{}: not an hwloc XML topology", *opt.xml_path));
+    if (opt.xml_path)
+      throw Error(Exit::DataErr, fmt::format("{}: not an hwloc XML topology", input_name(*opt.xml_path)));
     throw Error(Exit::Unavailable, "hwloc could not load the topology of this machine");
   }
   return topo;
@@ -63,15 +81,29 @@ std::string bus_id_of(hwloc_obj_t pci) {
   return fmt::format("{:04x}:{:02x}:{:02x}.{:x}", a.domain, a.bus, a.dev, a.func);
 }
 
-// The NUMA node (OS index) a device hangs off, when exactly one.
-std::optional<int> numa_of(hwloc_topology_t topo, hwloc_obj_t obj) {
-  hwloc_obj_t anc = hwloc_get_non_io_ancestor_obj(topo, obj);
-  if (!anc || !anc->nodeset || hwloc_bitmap_weight(anc->nodeset) != 1) {
-    if (hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_NUMANODE) == 1)
-      return static_cast<int>(hwloc_get_obj_by_type(topo, HWLOC_OBJ_NUMANODE, 0)->os_index);
-    return std::nullopt;
+// The NUMA nodes (OS indices) of `nodeset` that hold ordinary memory. Besides its DRAM
+// node a package may hold special ones (HBM, CXL or GPU memory, which hwloc marks with
+// a subtype); when the set has only special nodes, all of them.
+std::vector<int> dram_nodes(hwloc_topology_t topo, hwloc_const_nodeset_t nodeset) {
+  std::vector<int> dram, all;
+  if (!nodeset) return dram;
+  for (hwloc_obj_t n = hwloc_get_next_obj_by_type(topo, HWLOC_OBJ_NUMANODE, nullptr); n;
+       n = hwloc_get_next_obj_by_type(topo, HWLOC_OBJ_NUMANODE, n)) {
+    if (!hwloc_bitmap_isset(nodeset, n->os_index)) continue;
+    all.push_back(static_cast<int>(n->os_index));
+    if (!n->subtype || !*n->subtype) dram.push_back(static_cast<int>(n->os_index));
   }
-  return hwloc_bitmap_first(anc->nodeset);
+  return dram.empty() ? all : dram;
+}
+
+// The NUMA node a device hangs off, when there is one answer; cores use the same rule.
+std::optional<int> numa_of(hwloc_topology_t topo, hwloc_obj_t obj) {
+  if (hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_NUMANODE) == 1)
+    return static_cast<int>(hwloc_get_obj_by_type(topo, HWLOC_OBJ_NUMANODE, 0)->os_index);
+  hwloc_obj_t anc = hwloc_get_non_io_ancestor_obj(topo, obj);
+  std::vector<int> nodes = dram_nodes(topo, anc ? anc->nodeset : nullptr);
+  if (nodes.size() == 1) return nodes.front();
+  return std::nullopt;
 }
 
 std::vector<int> local_cpus(hwloc_topology_t topo, hwloc_obj_t obj) {
@@ -161,7 +193,8 @@ struct Links {
   std::vector<int> nvswitch_links;              // per GPU: links into an NVSwitch fabric
 };
 
-void probe_cpus(hwloc_topology_t topo, Topology& t) {
+// `source` names the input in errors ("topo.xml", "<stdin>").
+void probe_cpus(hwloc_topology_t topo, const std::string& source, Topology& t) {
   hwloc_obj_t root = hwloc_get_root_obj(topo);
   t.hostname = info(root, "HostName");
   t.os = info(root, "OSName").empty() ? "" : info(root, "OSName") + " " + info(root, "OSRelease");
@@ -170,32 +203,41 @@ void probe_cpus(hwloc_topology_t topo, Topology& t) {
   t.cpu_model = info(hwloc_get_obj_by_type(topo, HWLOC_OBJ_PACKAGE, 0), "CPUModel");
   t.pus = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_PU);
 
-  std::vector<hwloc_obj_t> numa_objs;
-  for (int i = 0; i < hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_NUMANODE); ++i) {
-    hwloc_obj_t o = hwloc_get_obj_by_type(topo, HWLOC_OBJ_NUMANODE, static_cast<unsigned>(i));
-    numa_objs.push_back(o);
+  std::map<int, std::size_t> node_slot;  // OS index → position in t.numa_nodes
+  for (hwloc_obj_t o = hwloc_get_next_obj_by_type(topo, HWLOC_OBJ_NUMANODE, nullptr); o;
+       o = hwloc_get_next_obj_by_type(topo, HWLOC_OBJ_NUMANODE, o)) {
     NumaNode n;
     n.os_index = static_cast<int>(o->os_index);
     n.memory_bytes = o->attr->numanode.local_memory;
     n.pus = cpus_of(o->cpuset);
+    node_slot[n.os_index] = t.numa_nodes.size();
     t.numa_nodes.push_back(std::move(n));
   }
+  // Every core belongs to exactly one node: its (first DRAM) local node, or the
+  // machine's first node when the topology gives it none. Cores must not share PUs.
+  std::vector<int> machine_nodes = dram_nodes(topo, hwloc_get_root_obj(topo)->nodeset);
+  hwloc_bitmap_t seen = hwloc_bitmap_alloc();
   for (int i = 0; i < hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE); ++i) {
     hwloc_obj_t o = hwloc_get_obj_by_type(topo, HWLOC_OBJ_CORE, static_cast<unsigned>(i));
+    if (hwloc_bitmap_intersects(seen, o->cpuset)) {
+      hwloc_bitmap_free(seen);
+      throw Error(Exit::DataErr, fmt::format("{}: core {} shares hardware threads with another core", source, i));
+    }
+    hwloc_bitmap_or(seen, seen, o->cpuset);
     Core c;
     c.index = static_cast<int>(o->logical_index);
     hwloc_obj_t pkg = hwloc_get_ancestor_obj_by_type(topo, HWLOC_OBJ_PACKAGE, o);
     c.package = pkg ? static_cast<int>(pkg->logical_index) : 0;
     c.pus = cpus_of(o->cpuset);
-    for (std::size_t k = 0; k < numa_objs.size(); ++k) {
-      if (hwloc_bitmap_isincluded(o->cpuset, numa_objs[k]->cpuset)) {
-        c.numa_node = t.numa_nodes[k].os_index;
-        t.numa_nodes[k].cores.push_back(c.index);
-        break;
-      }
+    std::vector<int> nodes = dram_nodes(topo, o->nodeset);
+    if (nodes.empty()) nodes = machine_nodes;
+    if (!nodes.empty()) {
+      c.numa_node = nodes.front();
+      t.numa_nodes[node_slot[c.numa_node]].cores.push_back(c.index);
     }
     t.cores.push_back(std::move(c));
   }
+  hwloc_bitmap_free(seen);
 
   for (hwloc_obj_type_t type : {HWLOC_OBJ_L1CACHE, HWLOC_OBJ_L1ICACHE, HWLOC_OBJ_L2CACHE, HWLOC_OBJ_L2ICACHE,
                                 HWLOC_OBJ_L3CACHE, HWLOC_OBJ_L3ICACHE, HWLOC_OBJ_L4CACHE, HWLOC_OBJ_L5CACHE}) {
@@ -325,6 +367,10 @@ void add_fixture_gpus(hwloc_topology_t topo, const std::string& path,
   for (FixtureGpu& f : read_gpu_fixture(path, t.numa_nodes)) {
     Gpu g = std::move(f.gpu);
     g.index += base;
+    for (int k = 0; k < base && g.pci_bus_id; ++k)
+      if (t.gpus[static_cast<std::size_t>(k)].pci_bus_id == g.pci_bus_id)
+        throw Error(Exit::DataErr, fmt::format("{}: gpus[{}]: pci_bus_id {} is GPU{}, found on this machine", path,
+                                               g.index - base, *g.pci_bus_id, k));
     Endpoint e;
     if (g.pci_bus_id)
       if (auto it = pci_by_bus.find(*g.pci_bus_id); it != pci_by_bus.end()) {
@@ -371,7 +417,7 @@ Topology probe(const ProbeOptions& opt) {
   hwloc_topology_t topo = holder.get();
   Topology t;
   t.source = opt.synthetic ? "synthetic" : opt.xml_path ? "xml" : "live";
-  probe_cpus(topo, t);
+  probe_cpus(topo, opt.xml_path ? input_name(*opt.xml_path) : t.source, t);
 
   Links links;
   probe_nics_and_disks(topo, t, links);

@@ -92,7 +92,8 @@ class Child {
 
   // Sends `sig` to the child's process group, also after the child itself has been
   // reaped while others in its group remain; to the child alone, while it runs, when
-  // it has no group of its own.
+  // it has no group of its own. Once the whole group is gone its id may be reused, so
+  // signal a reaped child's group promptly (run() and terminate() do), not much later.
   void signal(int sig) const;
   // Non-blocking check; the status once the child has ended.
   std::optional<ExitStatus> try_wait();
