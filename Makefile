@@ -6,17 +6,19 @@
 #   make install    install to PREFIX (default /usr/local)
 #   make package    .deb and .tar.gz in dist/
 #   make gpu-check  build with CUDA and run the checks that need a real GPU
+#   make fuzz       fuzz the parsers with libFuzzer for FUZZ_SECONDS each (clang)
 #   make deps       install the Debian packages the above need (root)
 
 PREFIX ?= /usr/local
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
+FUZZ_SECONDS ?= 60
 MAKEFLAGS += --no-print-directory
 
 SHELL := /bin/bash
 
-.PHONY: all build deps test demo bench install package gpu-check completions clean
+.PHONY: all build deps test demo bench install package gpu-check fuzz completions clean
 
 all: build
 
@@ -52,6 +54,15 @@ package: deps
 	@cmake --build $(BUILD)-package -j $(JOBS) >/dev/null
 	@cd $(BUILD)-package && cpack -B $(CURDIR)/dist >/dev/null && rm -rf $(CURDIR)/dist/_CPack_Packages
 	@ls $(CURDIR)/dist/*.deb $(CURDIR)/dist/*.tar.gz
+
+# Parsers under libFuzzer with AddressSanitizer and UBSan, in their own build tree.
+fuzz:
+	@packaging/install-deps.sh fuzz
+	@CXX=clang++ CC=clang cmake -S . -B $(BUILD)-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRKIT_FUZZ=ON \
+	  -DRKIT_TESTS=OFF -DRKIT_CUDA=OFF \
+	  -DCMAKE_CXX_FLAGS="-fsanitize=address,undefined -fsanitize=fuzzer-no-link -fno-sanitize-recover=undefined" >/dev/null
+	@cmake --build $(BUILD)-fuzz -j $(JOBS) >/dev/null
+	@tests/fuzz/run.sh $(BUILD)-fuzz $(FUZZ_SECONDS)
 
 gpu-check: deps
 	@tests/gpu/gpu-check.sh

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages that rkit's build, tests, benchmarks and demo need.
 # Idempotent: when everything is present it prints nothing and exits 0.
-# Usage: packaging/install-deps.sh [--check]   (--check: list what is missing, exit 1 if any)
+# Usage: packaging/install-deps.sh [--check] [GROUP...]
+#   GROUP: build tests bench package (the default: all four) or fuzz (clang, libFuzzer)
+#   --check: list what is missing, exit 1 if any
 set -euo pipefail
 
 # One list, grouped by purpose; DESIGN.md explains each choice.
@@ -17,8 +19,23 @@ tests=(
 )
 bench=(hyperfine bsdextrautils)
 package=(dpkg-dev file)   # CPack's .deb generator runs dpkg-shlibdeps
+fuzz=(clang libclang-rt-14-dev)
 
-wanted=("${build[@]}" "${tests[@]}" "${bench[@]}" "${package[@]}")
+check_only=0
+if [[ "${1:-}" == "--check" ]]; then check_only=1; shift; fi
+groups=("$@")
+[[ ${#groups[@]} -gt 0 ]] || groups=(build tests bench package)
+wanted=()
+for group in "${groups[@]}"; do
+  case "$group" in
+    build) wanted+=("${build[@]}") ;;
+    tests) wanted+=("${tests[@]}") ;;
+    bench) wanted+=("${bench[@]}") ;;
+    package) wanted+=("${package[@]}") ;;
+    fuzz) wanted+=("${build[@]}" "${fuzz[@]}") ;;
+    *) echo "install-deps: error: unknown group '$group' (build, tests, bench, package, fuzz)" >&2; exit 64 ;;
+  esac
+done
 
 missing=()
 for pkg in "${wanted[@]}"; do
@@ -29,7 +46,7 @@ done
 if [[ ${#missing[@]} -eq 0 ]]; then
   exit 0
 fi
-if [[ "${1:-}" == "--check" ]]; then
+if [[ $check_only -eq 1 ]]; then
   printf 'missing: %s\n' "${missing[*]}"
   exit 1
 fi

@@ -13,8 +13,9 @@ namespace rkit {
 namespace {
 
 // nlohmann's message is "[json.exception.parse_error.101] parse error at line 1, ...";
-// keep the part after the bracketed id.
-std::string_view parse_error_text(const Json::parse_error& e) {
+// keep the part after the bracketed id. Parsing throws parse_error for bad syntax and
+// out_of_range for numbers too large for any type (1e999): both are bad input.
+std::string_view parse_error_text(const Json::exception& e) {
   std::string_view msg = e.what();
   if (auto pos = msg.find("] "); pos != std::string_view::npos) msg.remove_prefix(pos + 2);
   return msg;
@@ -41,7 +42,7 @@ bool JsonLinesReader::next(Json& out) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     try {
       out = Json::parse(line);
-    } catch (const Json::parse_error& e) {
+    } catch (const Json::exception& e) {
       throw Error(Exit::DataErr, fmt::format("{}: invalid JSON: {}", where(), parse_error_text(e)));
     }
     return true;
@@ -55,7 +56,7 @@ std::string JsonLinesReader::where() const { return fmt::format("{}:{}", name_, 
 Json parse_json(std::string_view text, std::string_view source) {
   try {
     return Json::parse(text);
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {
     throw Error(Exit::DataErr, fmt::format("{}: invalid JSON: {}", source, parse_error_text(e)));
   }
 }

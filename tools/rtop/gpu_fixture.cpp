@@ -39,7 +39,12 @@ long long integer_field(const Json& v, const std::string& name, long long lo, lo
 }  // namespace
 
 std::vector<FixtureGpu> read_gpu_fixture(const std::string& path, const std::vector<NumaNode>& numas) {
-  Json doc = parse_json(read_file(path), path);
+  return parse_gpu_fixture(read_file(path), path == "-" ? "<stdin>" : path, numas);
+}
+
+std::vector<FixtureGpu> parse_gpu_fixture(std::string_view text, const std::string& path,
+                                          const std::vector<NumaNode>& numas) {
+  Json doc = parse_json(text, path);
   check_schema(doc, "rkit.gpu_fixture", 1, path);
   if (!doc.contains("gpus") || !doc["gpus"].is_array()) bad(path, "\"gpus\" must be an array");
   // PCI bus ids: bb:dd.f with a 4-digit domain, or NVML's 8-digit one (upper half 0).

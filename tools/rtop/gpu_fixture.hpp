@@ -9,6 +9,7 @@
 
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "topology.hpp"
@@ -26,5 +27,9 @@ struct FixtureGpu {
 // itself, and agree from both ends. Any violation throws
 // Error(DataErr) naming the file and the GPU; a missing file Error(NoInput).
 std::vector<FixtureGpu> read_gpu_fixture(const std::string& path, const std::vector<NumaNode>& numas);
+
+// The same for fixture text already read; `source` names it in errors.
+std::vector<FixtureGpu> parse_gpu_fixture(std::string_view text, const std::string& source,
+                                          const std::vector<NumaNode>& numas);
 
 }  // namespace rkit::rtop
