@@ -14,7 +14,7 @@ namespace rkit {
 
 std::string read_file(const std::string& path, std::uint64_t max_bytes) {
   const bool is_stdin = path == "-";
-  const std::string name = is_stdin ? "<stdin>" : path;
+  const std::string name = input_name(path);
   int fd = is_stdin ? STDIN_FILENO : ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw system_error(path, errno);
   struct stat st {};

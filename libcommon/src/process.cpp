@@ -313,9 +313,18 @@ RunResult run(const SpawnOptions& options, std::optional<double> timeout_s, doub
   auto t0 = Clock::now();
   Child child = Child::spawn(options);
   RunResult result;
-  int in_fd = child.take_stdin_fd();
-  int out_fd = child.take_stdout_fd();
-  int err_fd = child.take_stderr_fd();
+  // Our ends of the pipes, closed on every way out (an exception too).
+  struct Ends {
+    int in, out, err;
+    ~Ends() {
+      close_fd(in);
+      close_fd(out);
+      close_fd(err);
+    }
+  } ends{child.take_stdin_fd(), child.take_stdout_fd(), child.take_stderr_fd()};
+  int& in_fd = ends.in;
+  int& out_fd = ends.out;
+  int& err_fd = ends.err;
 
   // Block SIGPIPE while feeding stdin so that a child that stops reading gives EPIPE;
   // one left pending is dropped, also when we throw.
@@ -388,9 +397,6 @@ RunResult run(const SpawnOptions& options, std::optional<double> timeout_s, doub
     // do not wait for it.
     if (exited && !progressed) break;
   }
-  close_fd(in_fd);
-  close_fd(out_fd);
-  close_fd(err_fd);
   // The child may have ended on SIGTERM while others in its group ignore it: they get
   // SIGKILL now, not the rest of the grace (waiting for the group to empty could not
   // tell them from zombies that no init reaps), so that none outlives the timeout.

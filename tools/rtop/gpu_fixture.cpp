@@ -39,7 +39,7 @@ long long integer_field(const Json& v, const std::string& name, long long lo, lo
 }  // namespace
 
 std::vector<FixtureGpu> read_gpu_fixture(const std::string& path, const std::vector<NumaNode>& numas) {
-  return parse_gpu_fixture(read_file(path), path == "-" ? "<stdin>" : path, numas);
+  return parse_gpu_fixture(read_file(path), input_name(path), numas);
 }
 
 std::vector<FixtureGpu> parse_gpu_fixture(std::string_view text, const std::string& path,

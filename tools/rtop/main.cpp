@@ -14,13 +14,13 @@ int main(int argc, char** argv) {
   Tool tool("rtop", "Probe the machine's topology: CPUs, NUMA, caches, GPUs, NICs, links; place ranks; sample usage");
   CLI::App& app = tool.app();
   ProbeOptions probe_opt;
-  std::string input, synthetic;
+  std::string input, synthetic, gpus;
   app.add_option("--input", input, "Read an hwloc XML topology (e.g. from lstopo --of xml; - for stdin) instead of this machine")
       ->type_name("FILE");
   app.add_option("--synthetic", synthetic, "Use a synthetic hwloc topology, e.g. \"pack:2 numa:2 core:8 pu:2\"")
       ->type_name("DESC")
       ->excludes("--input");
-  app.add_option("--gpus", probe_opt.gpu_fixture, "Add GPUs from a JSON fixture (rkit.gpu_fixture.v1), for planning and tests")
+  app.add_option("--gpus", gpus, "Add GPUs from a JSON fixture (rkit.gpu_fixture.v1), for planning and tests")
       ->type_name("FILE");
   app.add_flag("--no-nvml", [&](std::int64_t) { probe_opt.use_nvml = false; }, "Do not load NVML");
 
@@ -47,8 +47,7 @@ int main(int argc, char** argv) {
     const CommonOptions& opts = tool.options();
     if (app.count("--input")) probe_opt.xml_path = input;
     if (app.count("--synthetic")) probe_opt.synthetic = synthetic;
-    if (app.count("--gpus") && probe_opt.gpu_fixture.empty()) usage_error("--gpus needs a file name (or - for stdin)");
-    if (input == "-" && probe_opt.gpu_fixture == "-") usage_error("--input and --gpus cannot both read stdin");
+    if (app.count("--gpus")) probe_opt.gpu_fixture = gpus;
     if (*sample_cmd) {
       if (probe_opt.xml_path || probe_opt.synthetic)
         usage_error("sample reads this machine: --input and --synthetic do not apply");

@@ -48,8 +48,6 @@ void check_synthetic_size(const std::string& desc) {
                                          pus, kMaxPus));
 }
 
-std::string input_name(const std::string& path) { return path == "-" ? "<stdin>" : path; }
-
 TopoPtr load_hwloc(const ProbeOptions& opt) {
   hwloc_topology_t raw = nullptr;
   if (hwloc_topology_init(&raw) != 0) throw Error(Exit::Software, "hwloc_topology_init failed");
@@ -413,6 +411,8 @@ std::vector<std::vector<std::string>> pcie_matrix(const std::vector<Endpoint>& r
 
 Topology probe(const ProbeOptions& opt) {
   if (opt.synthetic && opt.xml_path) throw Error(Exit::Usage, "--input and --synthetic exclude each other");
+  if (opt.gpu_fixture && opt.gpu_fixture->empty()) throw Error(Exit::Usage, "--gpus needs a file name (or - for stdin)");
+  if (opt.xml_path == "-" && opt.gpu_fixture == "-") throw Error(Exit::Usage, "--input and --gpus cannot both read stdin");
   TopoPtr holder = load_hwloc(opt);
   hwloc_topology_t topo = holder.get();
   Topology t;
@@ -431,7 +431,7 @@ Topology probe(const ProbeOptions& opt) {
     else t.nvml_error = why;
   }
   if (t.gpus.empty()) probe_pci_gpus(topo, pci_by_bus, t, links);
-  if (!opt.gpu_fixture.empty()) add_fixture_gpus(topo, opt.gpu_fixture, pci_by_bus, t, links);
+  if (opt.gpu_fixture) add_fixture_gpus(topo, *opt.gpu_fixture, pci_by_bus, t, links);
 
   const std::size_t n = t.gpus.size();
   t.gpu_links.assign(n, std::vector<std::string>(n));

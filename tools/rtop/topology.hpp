@@ -23,7 +23,7 @@ namespace rkit::rtop {
 struct ProbeOptions {
   std::optional<std::string> xml_path;   // --input: hwloc XML of another machine ("-": stdin)
   std::optional<std::string> synthetic;  // --synthetic: hwloc synthetic description
-  std::string gpu_fixture;  // --gpus: JSON fixture of GPUs (rkit.gpu_fixture.v1)
+  std::optional<std::string> gpu_fixture;  // --gpus: JSON fixture of GPUs (rkit.gpu_fixture.v1)
   bool use_nvml = true;     // live probes only
 };
 

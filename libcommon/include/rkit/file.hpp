@@ -14,6 +14,9 @@ namespace rkit {
 // Inputs larger than this are refused unless the caller allows more.
 inline constexpr std::uint64_t kMaxInputBytes = std::uint64_t{1} << 30;
 
+// How errors name an input: "<stdin>" for "-", else the path.
+inline std::string input_name(const std::string& path) { return path == "-" ? "<stdin>" : path; }
+
 // Reads a whole file ("-" reads stdin). Throws Error(NoInput) when missing or a
 // directory, Error(NoPerm) when unreadable, Error(DataErr) when it exceeds
 // `max_bytes` (endless devices such as /dev/zero too), Error(IoErr) otherwise.
