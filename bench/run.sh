@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
 # Runs every bench/<tool>.sh against the build in $1 and writes one JSON document to
 # bench/results/bench-<UTC time>.json (and bench/results/latest.json), then prints a
-# ratio table. Each bench/<tool>.sh prints JSON lines, one per comparison, with
-#   name, command, anchor, median_s, anchor_median_s, stddev_s, anchor_stddev_s,
-#   runs, goal_ratio (tool time / anchor time must stay at or under it)
+# table. Each bench/<tool>.sh prints JSON lines, one per row, of two kinds:
+#   timing (kind absent or "timing"): name, command, anchor, runs, median_s, stddev_s,
+#     anchor_median_s, anchor_stddev_s, goal_ratio (tool time / anchor time must stay at
+#     or under it), optionally goal_max_s (the tool's median must also stay at or under it)
+#   value (kind "value"): name, command, anchor, value, unit ("ratio" or "bytes"),
+#     goal_max (value must stay at or under it), optionally rkit_bytes and anchor_bytes
+# A row with informational: true is reported but never fails the run.
+# Exits nonzero when any other row misses its goal.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=$(realpath "${1:-build}")
@@ -13,21 +18,42 @@ stamp=$(date -u +%Y%m%dT%H%M%SZ)
 out=bench/results/bench-$stamp.json
 lines=$(mktemp)
 trap 'rm -f "$lines"' EXIT
+loadavg() { cut -d' ' -f1-3 /proc/loadavg | jq -R -c 'split(" ") | map(tonumber)'; }
+load_start=$(loadavg)  # other work on the machine skews the timings: recorded with them
 for script in bench/*.sh; do
   [[ $(basename "$script") == run.sh ]] && continue
   bash "$script" >> "$lines"
 done
 jq -s --arg git "$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)" \
       --arg host "$(hostname)" --arg cpu "$(lscpu | sed -n 's/^Model name: *//p' | head -1)" \
-      --arg time "$stamp" --argjson cores "$(nproc)" '
+      --arg time "$stamp" --argjson cores "$(nproc)" --argjson l0 "$load_start" --argjson l1 "$(loadavg)" '
   { schema: "rkit.benchrun.v1", time: $time, git: $git, host: $host, cpu_model: $cpu, cpus: $cores,
-    results: map(. + { ratio: (.median_s / .anchor_median_s),
-                       pass: ((.median_s / .anchor_median_s) <= .goal_ratio) }) }' "$lines" > "$out"
+    loadavg_start: $l0, loadavg_end: $l1,
+    results: map(if .kind == "value" then . + { pass: (.value <= .goal_max) }
+                 else (.median_s / .anchor_median_s) as $r
+                   | . + { kind: "timing", ratio: $r,
+                           pass: ($r <= .goal_ratio and (.goal_max_s == null or .median_s <= .goal_max_s)) }
+                 end) }' "$lines" > "$out"
 cp "$out" bench/results/latest.json
-echo "results: $out"
-jq -r '["BENCH", "RKIT_MEDIAN", "ANCHOR_MEDIAN", "RATIO", "GOAL", "VERDICT"],
-       (.results[] | [.name, "\(.median_s * 1000 | . * 100 | round / 100) ms",
-                      "\(.anchor_median_s * 1000 | . * 100 | round / 100) ms",
-                      (.ratio | . * 100 | round / 100 | tostring), "≤ \(.goal_ratio)",
-                      (if .pass then "ok" else "SLOWER THAN GOAL" end)]) | @tsv' "$out" | column -t -s $'\t'
-jq -e 'all(.results[]; .pass)' "$out" >/dev/null
+echo "results: $out (load average at start $load_start, at end $(jq -c .loadavg_end "$out"))"
+jq -r '
+  def r(n): . * pow(10; n) | round / pow(10; n);
+  def secs: if . >= 1 then "\(r(2)) s" else "\(. * 1000 | r(2)) ms" end;
+  def bytes: if . >= 1073741824 then "\(. / 1073741824 | r(2)) GiB"
+             elif . >= 1048576 then "\(. / 1048576 | r(1)) MiB"
+             elif . >= 1024 then "\(. / 1024 | r(1)) KiB" else "\(.) B" end;
+  def num($u): if $u == "bytes" then bytes else r(3) | tostring end;
+  def opt(f): if . == null then "-" else f end;
+  ["BENCH", "RKIT", "ANCHOR", "RATIO/VALUE", "GOAL", "VERDICT"],
+  (.results[] |
+    (if .pass then "ok" elif .kind == "value" then "OVER GOAL" else "SLOWER THAN GOAL" end) as $v
+    | (if .informational == true then "info: \($v)" else $v end) as $verdict
+    | if .kind == "value" then
+        .unit as $u
+        | [.name, (.rkit_bytes | opt(bytes)), (.anchor_bytes | opt(bytes)), (.value | num($u)),
+           "≤ \(.goal_max | num($u))", $verdict]
+      else
+        [.name, (.median_s | secs), (.anchor_median_s | secs), (.ratio | r(3) | tostring),
+         ("≤ \(.goal_ratio)" + (if .goal_max_s != null then ", ≤ \(.goal_max_s | secs)" else "" end)), $verdict]
+      end) | @tsv' "$out" | column -t -s $'\t'
+jq -e 'all(.results[]; .pass or .informational == true)' "$out" >/dev/null

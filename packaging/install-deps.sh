@@ -11,13 +11,15 @@ build=(
   cmake make gcc g++ pkg-config git
   libcli11-dev libfmt-dev libtomlplusplus-dev nlohmann-json3-dev
   libhwloc-dev
+  libzstd-dev libarchive-dev libxxhash-dev
 )
 tests=(
   libgtest-dev googletest
   bats bats-assert bats-support bats-file
   jq hwloc zsh fish groff-base
+  python3 python3-numpy python3-xxhash zstd
 )
-bench=(hyperfine bsdextrautils)
+bench=(hyperfine bsdextrautils time zstd python3 python3-numpy)
 package=(dpkg-dev file)   # CPack's .deb generator runs dpkg-shlibdeps
 fuzz=(clang libclang-rt-14-dev)
 

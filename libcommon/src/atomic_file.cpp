@@ -1,6 +1,7 @@
 #include "rkit/atomic_file.hpp"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -46,6 +47,7 @@ AtomicFile::AtomicFile(std::string path, mode_t mode) : path_(std::move(path)) {
   fd_ = ::mkostemp(buf.data(), O_CLOEXEC);
   if (fd_ < 0) throw system_error("create temporary file in " + dir_of(path_), errno);
   temp_.assign(buf.data());
+  ::flock(fd_, LOCK_EX | LOCK_NB);  // fresh file: only a racing cleaner could hold it
   mode_t mask = ::umask(0);
   ::umask(mask);
   if (::fchmod(fd_, mode & ~mask) != 0) {
@@ -85,6 +87,20 @@ void AtomicFile::commit() {
   if (::rename(temp_.c_str(), path_.c_str()) != 0) throw system_error("rename to " + path_, errno);
   committed_ = true;
   fsync_dir(dir_of(path_));
+}
+
+bool is_atomic_temp_name(std::string_view name) {
+  constexpr std::string_view kTmp = ".tmp.";
+  if (name.size() < 1 + 1 + kTmp.size() + 6 || name.front() != '.') return false;
+  return name.substr(name.size() - 6 - kTmp.size(), kTmp.size()) == kTmp;
+}
+
+bool is_abandoned_temp(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return false;
+  bool abandoned = ::flock(fd, LOCK_EX | LOCK_NB) == 0;
+  ::close(fd);
+  return abandoned;
 }
 
 void atomic_write_file(const std::string& path, std::string_view data, mode_t mode) {

@@ -8,7 +8,7 @@ cd "$(dirname "$0")/../.."
 build=$(realpath "$1")
 seconds=${2:-60}
 status=0
-for target in fuzz_units fuzz_config fuzz_jsonl fuzz_gpu_fixture; do
+for target in fuzz_units fuzz_config fuzz_jsonl fuzz_gpu_fixture fuzz_safetensors fuzz_manifest fuzz_archive; do
   work=$build/fuzz-corpus/$target
   crashes=$build/fuzz-crashes/$target/
   mkdir -p "$work" "$crashes"

@@ -303,5 +303,21 @@ TEST(ReadFile, RefusesInputsOverTheLimit) {
   }
 }
 
+TEST(AtomicFile, ALiveTemporaryIsHeldAnAbandonedOneIsNot) {
+  testing::TempDir dir;
+  std::string held;
+  {
+    AtomicFile f(dir.file("x.rkpt"));
+    held = f.temp_path();
+    EXPECT_TRUE(is_atomic_temp_name(held.substr(held.rfind('/') + 1)));
+    EXPECT_FALSE(is_abandoned_temp(held));  // its writer is alive
+  }
+  testing::write(dir.file(".y.rkpt.tmp.Ab12Cd"), "left by a killed writer");
+  EXPECT_TRUE(is_abandoned_temp(dir.file(".y.rkpt.tmp.Ab12Cd")));
+  EXPECT_FALSE(is_abandoned_temp(dir.file("missing")));
+  EXPECT_FALSE(is_atomic_temp_name("x.rkpt"));
+  EXPECT_FALSE(is_atomic_temp_name(".x.tmp.12345"));
+}
+
 }  // namespace
 }  // namespace rkit

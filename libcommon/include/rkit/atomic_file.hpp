@@ -11,7 +11,9 @@
 //   out.commit();   // without commit(), the destructor removes the temporary
 //
 // Errors throw rkit::Error with the exit code of the errno (74 I/O, 77 permission,
-// 66 missing directory); ENOSPC leaves the old file untouched.
+// 66 missing directory); ENOSPC leaves the old file untouched. The temporary is
+// flock()ed while open, so a cleaner can tell a live writer's file from the leftover
+// of a killed one (see is_abandoned_temp).
 #pragma once
 
 #include <string>
@@ -33,6 +35,8 @@ class AtomicFile {
   void commit();
   const std::string& path() const { return path_; }
   const std::string& temp_path() const { return temp_; }
+  // The temporary's descriptor (for fstat, fdatasync), until commit().
+  int fd() const { return fd_; }
 
  private:
   std::string path_;
@@ -40,6 +44,12 @@ class AtomicFile {
   int fd_ = -1;
   bool committed_ = false;
 };
+
+// Whether `name` is an AtomicFile temporary (".<name>.tmp.XXXXXX").
+bool is_atomic_temp_name(std::string_view name);
+// True when `path` is a temporary that no live AtomicFile holds (its writer was
+// killed): safe to remove. False when it is held, or cannot be opened.
+bool is_abandoned_temp(const std::string& path);
 
 // Writes `data` to `path` atomically (see above).
 void atomic_write_file(const std::string& path, std::string_view data, mode_t mode = 0644);

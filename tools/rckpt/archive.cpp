@@ -1,0 +1,149 @@
+#include "archive.hpp"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <algorithm>
+#include <cstring>
+
+#include "frame_codec.hpp"
+#include "rkit/error.hpp"
+
+namespace rkit::rckpt {
+namespace {
+
+std::string dir_of(const std::string& path) {
+  auto slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+// The name field of a ustar header block.
+std::string tar_name(const char* block) { return std::string(block, strnlen(block, 100)); }
+
+}  // namespace
+
+std::size_t read_at(int fd, void* buf, std::size_t size, std::uint64_t offset, const std::string& name) {
+  std::size_t done = 0;
+  auto* p = static_cast<char*>(buf);
+  while (done < size) {
+    ssize_t n = ::pread(fd, p + done, size - done, static_cast<off_t>(offset + done));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw system_error("read " + name, errno);
+    }
+    if (n == 0) break;
+    done += static_cast<std::size_t>(n);
+  }
+  return done;
+}
+
+Archive::Archive(Archive&& other) noexcept { *this = std::move(other); }
+
+Archive& Archive::operator=(Archive&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    path_ = std::move(other.path_);
+    fd_ = std::exchange(other.fd_, -1);
+    size_ = other.size_;
+    manifest_offset_ = other.manifest_offset_;
+    manifest_ = std::move(other.manifest_);
+    bases_ = std::move(other.bases_);
+  }
+  return *this;
+}
+
+Archive::~Archive() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Archive Archive::open(const std::string& path) {
+  if (path == "-")
+    throw Error(Exit::Usage, "archives are read by random access: give a file, not -", "save the stream to a file first");
+  Archive a;
+  a.path_ = path;
+  a.fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (a.fd_ < 0) throw system_error("open " + path, errno);
+  struct stat st{};
+  if (::fstat(a.fd_, &st) != 0) throw system_error("stat " + path, errno);
+  if (!S_ISREG(st.st_mode)) throw Error(Exit::NoInput, path + ": not a regular file");
+  a.size_ = static_cast<std::uint64_t>(st.st_size);
+
+  char block[kTarBlock] = {};
+  std::size_t got = read_at(a.fd_, block, sizeof block, 0, path);
+  if (got < sizeof block || tar_name(block) != kFormatEntry)
+    throw Error(Exit::DataErr, path + ": not an rckpt archive", got == 0 ? "the file is empty" : "");
+
+  // The index is the last entry's data: the last block that is not zero, followed by
+  // the two zero blocks that end a tar (copies may pad to a record of 20 blocks).
+  constexpr std::uint64_t kTail = 24 * kTarBlock;
+  std::optional<IndexRecord> index;
+  if (a.size_ % kTarBlock == 0) {
+    std::uint64_t tail_start = a.size_ > kTail ? a.size_ - kTail : 0;
+    std::vector<char> tail(a.size_ - tail_start);
+    read_at(a.fd_, tail.data(), tail.size(), tail_start, path);
+    std::uint64_t zero_blocks = 0;
+    for (std::uint64_t end = a.size_; end >= tail_start + kTarBlock; end -= kTarBlock, ++zero_blocks) {
+      const char* b = tail.data() + (end - kTarBlock - tail_start);
+      if (std::all_of(b, b + kTarBlock, [](char c) { return c == 0; })) continue;
+      if (zero_blocks >= 2) index = parse_index({b, kTarBlock});
+      break;
+    }
+  }
+  if (!index)
+    throw Error(Exit::DataErr, fmt::format("{}: truncated or damaged archive: no index at its end ({} bytes)", path, a.size_),
+                "the pack that wrote it did not finish, or the copy was cut short");
+  const IndexRecord& ix = *index;
+  if (ix.manifest_bytes > kMaxManifestBytes || ix.manifest_offset < 2 * kTarBlock ||
+      ix.manifest_offset > a.size_ || ix.manifest_bytes > a.size_ - ix.manifest_offset)
+    throw Error(Exit::DataErr, path + ": damaged archive: the index points outside the file");
+  std::string text(ix.manifest_bytes, '\0');
+  read_at(a.fd_, text.data(), text.size(), ix.manifest_offset, path);
+  if (xxh3(std::as_bytes(std::span(text))) != ix.manifest_xxh3)
+    throw Error(Exit::DataErr, path + ": damaged archive: the manifest does not match its hash");
+  a.manifest_offset_ = ix.manifest_offset;
+  a.manifest_ = parse_manifest(text, path + ": manifest");
+  if (a.manifest_.archive_bytes != a.manifest_header_offset())
+    throw Error(Exit::DataErr, path + ": damaged archive: the manifest does not sit where it says");
+  return a;
+}
+
+std::string Archive::base_path(std::size_t i) const {
+  const std::string& name = manifest_.bases.at(i).name;
+  return name.front() == '/' ? name : dir_of(path_) + "/" + name;
+}
+
+void Archive::open_bases() {
+  if (bases_.size() == manifest_.bases.size()) return;
+  bases_.clear();
+  for (std::size_t i = 0; i < manifest_.bases.size(); ++i) {
+    std::string where = base_path(i);
+    std::size_t needed = 0;
+    for (const auto& fr : manifest_.frames) needed += fr.base == i;
+    try {
+      bases_.push_back(Archive::open(where));
+    } catch (const Error& e) {
+      if (e.code() != Exit::NoInput) throw;
+      throw Error(Exit::NoInput,
+                  fmt::format("{}: base archive {} is missing ({} frames live there)", path_, where, needed),
+                  "incremental archives need the archives they were packed against");
+    }
+    if (bases_.back().manifest().archive_xxh3 != manifest_.bases[i].archive_xxh3)
+      throw Error(Exit::DataErr, fmt::format("{}: base archive {} is not the one it was packed against (hash {} ≠ {})",
+                                             path_, where, hash_hex(bases_.back().manifest().archive_xxh3),
+                                             hash_hex(manifest_.bases[i].archive_xxh3)));
+  }
+}
+
+void Archive::read_frame(std::size_t i, std::vector<std::byte>& out) const {
+  const FrameRecord& fr = manifest_.frames.at(i);
+  const Archive& holder = fr.base ? bases_.at(*fr.base) : *this;
+  out.resize(fr.bytes);
+  if (read_at(holder.fd_, out.data(), fr.bytes, fr.offset, holder.path_) != fr.bytes)
+    throw FrameError(fmt::format("lies beyond the end of {}", holder.path_));
+}
+
+}  // namespace rkit::rckpt

@@ -1,0 +1,64 @@
+// File: archive.hpp
+//
+// Reading an .rkpt archive by random access: the index at its end locates the
+// manifest, and the manifest locates every frame, so one tensor of a large archive
+// costs a few reads (see manifest.hpp for the layout).
+//
+//   Archive a = Archive::open("step-100.rkpt");   // 66 missing, 65 truncated or foreign
+//   a.open_bases();                                // incremental archives: 66 when a base is gone
+//   std::vector<std::byte> packed;
+//   a.read_frame(7, packed);                       // the compressed bytes of frame 7
+//
+// An Archive is read-only after open_bases(); read_frame may be called from many threads.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "manifest.hpp"
+
+namespace rkit::rckpt {
+
+class Archive {
+ public:
+  static Archive open(const std::string& path);
+  Archive(Archive&&) noexcept;
+  Archive& operator=(Archive&&) noexcept;
+  ~Archive();
+
+  const std::string& path() const { return path_; }
+  const Manifest& manifest() const { return manifest_; }
+  std::uint64_t size() const { return size_; }
+  int fd() const { return fd_; }
+  // Where the manifest's tar header starts: archive_xxh3 covers [0, this).
+  std::uint64_t manifest_header_offset() const { return manifest_offset_ - kTarBlock; }
+
+  // Opens every base archive the manifest names, next to this one, and checks that
+  // each is the archive this one was built on. Throws Error(NoInput) naming the
+  // missing base and how many frames need it, Error(DataErr) when it differs.
+  void open_bases();
+  const std::vector<Archive>& bases() const { return bases_; }
+  // Path of base `i` as resolved next to this archive.
+  std::string base_path(std::size_t i) const;
+
+  // Reads the compressed bytes of frame `i` (from a base when it lives there) into
+  // `out`, resized to fit. Throws FrameError when they lie beyond the file's end.
+  void read_frame(std::size_t i, std::vector<std::byte>& out) const;
+
+ private:
+  Archive() = default;
+  std::string path_;
+  int fd_ = -1;
+  std::uint64_t size_ = 0;
+  std::uint64_t manifest_offset_ = 0;
+  Manifest manifest_;
+  std::vector<Archive> bases_;
+};
+
+// pread that reads all of [offset, offset + size) or throws Error(IoErr); returns
+// fewer bytes only at the end of the file.
+std::size_t read_at(int fd, void* buf, std::size_t size, std::uint64_t offset, const std::string& name);
+
+}  // namespace rkit::rckpt

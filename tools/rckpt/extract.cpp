@@ -1,0 +1,521 @@
+#include "extract.hpp"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "archive.hpp"
+#include "frame_codec.hpp"
+#include "pack.hpp"
+#include "parallel.hpp"
+#include "rkit/error.hpp"
+#include "rkit/interrupt.hpp"
+#include "rkit/progress.hpp"
+#include "rkit/units.hpp"
+
+namespace rkit::rckpt {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// One worker's decoder and buffers.
+struct Decoder {
+  FrameDecoder codec;
+  std::vector<std::byte> packed;
+  std::vector<std::byte> raw;
+};
+
+// Reads, decodes and checks frame `i` into d.raw; throws FrameError naming what is wrong.
+std::span<const std::byte> decode_checked(const Archive& a, std::size_t i, Decoder& d) {
+  const FrameRecord& fr = a.manifest().frames[i];
+  a.read_frame(i, d.packed);
+  if (d.raw.size() < fr.raw_bytes) d.raw.resize(fr.raw_bytes);
+  d.codec.decode(d.packed, fr.raw_bytes, fr.shuffle, d.raw.data());
+  std::span<const std::byte> raw(d.raw.data(), fr.raw_bytes);
+  if (xxh3(raw) != fr.xxh3) throw FrameError("its bytes do not match their hash");
+  return raw;
+}
+
+Error corrupt(const Archive& a, std::size_t i, const FrameError& e) {
+  return Error(Exit::DataErr, fmt::format("{}: {} is corrupt: {}", a.path(), a.manifest().describe_frame(i), e.what()),
+               "rckpt verify lists every damaged frame");
+}
+
+void write_all(int fd, const std::byte* data, std::size_t n, const std::string& name) {
+  while (n > 0) {
+    ssize_t w = ::write(fd, data, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      throw system_error("write " + name, errno);
+    }
+    data += w;
+    n -= static_cast<std::size_t>(w);
+  }
+}
+
+class Fd {
+ public:
+  explicit Fd(int fd = -1) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  Fd& operator=(Fd&& o) noexcept {
+    std::swap(fd_, o.fd_);
+    return *this;
+  }
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+std::vector<std::string> components(const std::string& path) {
+  std::vector<std::string> parts;
+  std::size_t start = 0;
+  for (auto slash = path.find('/'); slash != std::string::npos; slash = path.find('/', start)) {
+    parts.push_back(path.substr(start, slash - start));
+    start = slash + 1;
+  }
+  parts.push_back(path.substr(start));
+  return parts;
+}
+
+// Opens directory `rel` (safe relative path, "" for the root) below `root`, creating
+// missing parts. No part may be a symlink: an existing one is refused, not followed.
+Fd open_dir(int root, const std::string& rel, const std::string& shown_root) {
+  Fd cur(::dup(root));
+  if (cur.get() < 0) throw system_error("dup", errno);
+  if (rel.empty()) return cur;
+  std::string so_far = shown_root;
+  for (const auto& part : components(rel)) {
+    so_far += "/" + part;
+    if (::mkdirat(cur.get(), part.c_str(), 0755) != 0 && errno != EEXIST)
+      throw system_error("create directory " + so_far, errno);
+    int next = ::openat(cur.get(), part.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (next < 0) {
+      if (errno == ELOOP || errno == ENOTDIR)
+        throw Error(Exit::DataErr, so_far + ": is a symlink or not a directory; refusing to write through it");
+      throw system_error("open directory " + so_far, errno);
+    }
+    cur = Fd(next);
+  }
+  return cur;
+}
+
+std::string parent_of(const std::string& rel) {
+  auto slash = rel.rfind('/');
+  return slash == std::string::npos ? "" : rel.substr(0, slash);
+}
+
+std::string name_of(const std::string& rel) {
+  auto slash = rel.rfind('/');
+  return slash == std::string::npos ? rel : rel.substr(slash + 1);
+}
+
+mode_t current_umask() {
+  mode_t mask = ::umask(0);
+  ::umask(mask);
+  return mask;
+}
+
+// The files being unpacked: opened on first use under temporary names, renamed when
+// their last frame is written, removed if unpacking fails.
+class OutputFiles {
+ public:
+  OutputFiles(int root, std::string shown_root, const Manifest& m)
+      : root_(root), shown_(std::move(shown_root)), m_(m), umask_(current_umask()) {}
+  ~OutputFiles() {
+    for (auto& [index, f] : open_)
+      if (f && !f->temp.empty()) ::unlinkat(f->dir.get(), f->temp.c_str(), 0);
+  }
+
+  // The descriptor to write file `index` into (thread-safe).
+  int fd(std::uint64_t index) {
+    std::lock_guard lock(mu_);
+    auto& slot = open_[index];
+    if (!slot) {
+      const FileRecord& r = m_.files[index];
+      auto f = std::make_unique<Open>();
+      f->dir = open_dir(root_, parent_of(r.path), shown_);
+      f->temp = fmt::format(".rkpt-part.{}.{}", ::getpid(), index);
+      f->file = Fd(::openat(f->dir.get(), f->temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600));
+      if (f->file.get() < 0) throw system_error("create " + shown_ + "/" + r.path, errno);
+      f->remaining = r.frame_count;
+      slot = std::move(f);
+    }
+    return slot->file.get();
+  }
+
+  // Call when one frame of `index` is written; the last one puts the file in place.
+  void frame_done(std::uint64_t index) {
+    std::unique_ptr<Open> f;
+    {
+      std::lock_guard lock(mu_);
+      auto& slot = open_[index];
+      if (--slot->remaining > 0) return;
+      f = std::move(slot);
+      open_.erase(index);
+    }
+    finish(index, *f);
+  }
+
+  // An empty file, created at once.
+  void create_empty(std::uint64_t index) {
+    fd(index);
+    std::unique_ptr<Open> f;
+    {
+      std::lock_guard lock(mu_);
+      f = std::move(open_[index]);
+      open_.erase(index);
+    }
+    finish(index, *f);
+  }
+
+  const std::set<std::string>& dirs_written() const { return dirs_; }
+
+ private:
+  struct Open {
+    Fd dir, file;
+    std::string temp;
+    std::uint64_t remaining = 0;
+  };
+
+  void finish(std::uint64_t index, Open& f) {
+    const FileRecord& r = m_.files[index];
+    std::string shown = shown_ + "/" + r.path;
+    ::fchmod(f.file.get(), static_cast<mode_t>(r.mode) & 0777 & ~umask_);
+    timespec times[2] = {{0, UTIME_OMIT}, {r.mtime_ns / 1'000'000'000, r.mtime_ns % 1'000'000'000}};
+    if (r.mtime_ns >= 0) ::futimens(f.file.get(), times);
+    if (::fsync(f.file.get()) != 0) throw system_error("fsync " + shown, errno);
+    if (::renameat(f.dir.get(), f.temp.c_str(), f.dir.get(), name_of(r.path).c_str()) != 0) {
+      int err = errno;
+      ::unlinkat(f.dir.get(), f.temp.c_str(), 0);
+      f.temp.clear();
+      throw system_error("rename into " + shown, err);
+    }
+    f.temp.clear();
+    std::lock_guard lock(mu_);
+    dirs_.insert(parent_of(r.path));
+  }
+
+  int root_;
+  std::string shown_;
+  const Manifest& m_;
+  mode_t umask_;
+  std::mutex mu_;
+  std::map<std::uint64_t, std::unique_ptr<Open>> open_;
+  std::set<std::string> dirs_;
+};
+
+std::string normalize_only(std::string p) {
+  while (p.size() > 2 && p.compare(0, 2, "./") == 0) p.erase(0, 2);
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  return p;
+}
+
+std::uint64_t largest_frame(const Manifest& m) {
+  std::uint64_t most = 0;
+  for (const auto& fr : m.frames) most = std::max(most, fr.raw_bytes);
+  return most;
+}
+
+std::uint64_t archive_hash(const Archive& a) {
+  XXH3_state_t* st = XXH3_createState();
+  if (!st) throw std::bad_alloc();
+  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> guard(st, XXH3_freeState);
+  XXH3_64bits_reset(st);
+  std::vector<char> buf(std::size_t{4} << 20);
+  std::uint64_t end = a.manifest().archive_bytes;
+  for (std::uint64_t at = 0; at < end;) {
+    std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(buf.size(), end - at));
+    std::size_t got = read_at(a.fd(), buf.data(), want, at, a.path());
+    if (got == 0) break;
+    XXH3_64bits_update(st, buf.data(), got);
+    at += got;
+  }
+  return XXH3_64bits_digest(st);
+}
+
+}  // namespace
+
+Json UnpackResult::to_json() const {
+  return Json{{"schema", "rkit.ckpt.unpack.v1"}, {"archive", archive}, {"dir", dir},
+              {"files", files}, {"bytes", bytes}, {"time_s", seconds},
+              {"bytes_per_s", seconds > 0 ? Json(static_cast<double>(bytes) / seconds) : Json(nullptr)}};
+}
+
+UnpackResult unpack_checkpoint(const UnpackOptions& opt) {
+  auto start = std::chrono::steady_clock::now();
+  Archive a = Archive::open(opt.archive);
+  const Manifest& m = a.manifest();
+
+  std::vector<bool> selected(m.files.size(), opt.only.empty());
+  for (const auto& raw : opt.only) {
+    std::string p = normalize_only(raw);
+    bool found = false;
+    for (std::size_t i = 0; i < m.files.size(); ++i) {
+      const std::string& path = m.files[i].path;
+      if (path == p || (path.size() > p.size() && path.compare(0, p.size(), p) == 0 && path[p.size()] == '/')) {
+        selected[i] = true;
+        found = true;
+      }
+    }
+    if (!found) throw Error(Exit::NoInput, fmt::format("{}: not in {}", raw, opt.archive), "rckpt ls lists the archive");
+  }
+  std::vector<std::size_t> frames;
+  std::uint64_t total = 0;
+  bool need_bases = false;
+  for (std::size_t i = 0; i < m.files.size(); ++i) {
+    const FileRecord& f = m.files[i];
+    if (!selected[i] || f.type != EntryType::File) continue;
+    total += f.bytes;
+    for (std::uint64_t k = f.first_frame; k < f.first_frame + f.frame_count; ++k) {
+      frames.push_back(k);
+      need_bases |= m.frames[k].base.has_value();
+    }
+  }
+  if (need_bases) a.open_bases();
+
+  if (::mkdir(opt.dir.c_str(), 0755) != 0 && errno != EEXIST) throw system_error("create directory " + opt.dir, errno);
+  Fd root(::open(opt.dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (root.get() < 0) throw system_error("open directory " + opt.dir, errno);
+  struct statvfs vfs{};
+  if (::fstatvfs(root.get(), &vfs) == 0) {
+    std::uint64_t free_bytes = std::uint64_t{vfs.f_bavail} * vfs.f_frsize;
+    if (total > free_bytes)
+      throw Error(Exit::IoErr, fmt::format("{}: not enough space: the files take {}, {} is free", opt.dir,
+                                           format_bytes(total), format_bytes(free_bytes)));
+  }
+
+  for (std::size_t i = 0; i < m.files.size(); ++i)
+    if (selected[i] && m.files[i].type == EntryType::Dir) open_dir(root.get(), m.files[i].path, opt.dir);
+
+  OutputFiles out(root.get(), opt.dir, m);
+  for (std::size_t i = 0; i < m.files.size(); ++i)
+    if (selected[i] && m.files[i].type == EntryType::File && m.files[i].frame_count == 0) out.create_empty(i);
+
+  unsigned threads = decode_threads(opt.threads, largest_frame(m));
+  std::vector<Decoder> decoders(threads);
+  Progress bar("unpacking", total, opt.progress);
+  std::uint64_t done_bytes = 0;
+  ordered_parallel<bool>(
+      frames.size(), threads, 2 * threads,
+      [&](std::size_t k, unsigned worker) {
+        std::size_t i = frames[k];
+        const FrameRecord& fr = m.frames[i];
+        std::span<const std::byte> raw;
+        try {
+          raw = decode_checked(a, i, decoders[worker]);
+        } catch (const FrameError& e) {
+          throw corrupt(a, i, e);
+        }
+        int fd = out.fd(fr.file);
+        std::size_t done = 0;
+        while (done < raw.size()) {
+          ssize_t w = ::pwrite(fd, raw.data() + done, raw.size() - done, static_cast<off_t>(fr.raw_offset + done));
+          if (w < 0) {
+            if (errno == EINTR) continue;
+            throw system_error("write " + opt.dir + "/" + m.files[fr.file].path, errno);
+          }
+          done += static_cast<std::size_t>(w);
+        }
+        return true;
+      },
+      [&](std::size_t k, bool) {
+        check_interrupted();
+        const FrameRecord& fr = m.frames[frames[k]];
+        out.frame_done(fr.file);
+        done_bytes += fr.raw_bytes;
+        bar.update(done_bytes);
+      });
+  check_interrupted();
+
+  // Symlinks last, so that nothing is written through one; then directory modes.
+  for (std::size_t i = 0; i < m.files.size(); ++i) {
+    const FileRecord& f = m.files[i];
+    if (!selected[i] || f.type != EntryType::Symlink) continue;
+    Fd dir = open_dir(root.get(), parent_of(f.path), opt.dir);
+    std::string temp = fmt::format(".rkpt-link.{}.{}", ::getpid(), i);
+    if (::symlinkat(f.target.c_str(), dir.get(), temp.c_str()) != 0)
+      throw system_error("create symlink " + opt.dir + "/" + f.path, errno);
+    if (::renameat(dir.get(), temp.c_str(), dir.get(), name_of(f.path).c_str()) != 0) {
+      int err = errno;
+      ::unlinkat(dir.get(), temp.c_str(), 0);
+      throw system_error("rename into " + opt.dir + "/" + f.path, err);
+    }
+  }
+  mode_t mask = current_umask();
+  for (std::size_t i = 0; i < m.files.size(); ++i) {
+    const FileRecord& f = m.files[i];
+    if (selected[i] && f.type == EntryType::Dir)
+      ::fchmod(open_dir(root.get(), f.path, opt.dir).get(), (static_cast<mode_t>(f.mode) & 0777 & ~mask) | S_IRWXU);
+  }
+  // The renames survive a crash once their directories are synced.
+  for (const auto& d : out.dirs_written()) ::fsync(open_dir(root.get(), d, opt.dir).get());
+  bar.finish();
+
+  UnpackResult r;
+  r.archive = opt.archive;
+  r.dir = opt.dir;
+  for (std::size_t i = 0; i < m.files.size(); ++i) r.files += selected[i];
+  r.bytes = total;
+  r.seconds = seconds_since(start);
+  return r;
+}
+
+Json VerifyReport::to_json() const {
+  Json j;
+  j["schema"] = "rkit.ckpt.verify.v1";
+  j["archive"] = archive;
+  j["ok"] = ok();
+  j["frames"] = frames;
+  j["bytes"] = bytes;
+  j["time_s"] = seconds;
+  j["problems"] = Json::array();
+  for (const auto& p : problems) {
+    Json e;
+    e["frame"] = p.frame ? Json(*p.frame) : Json(nullptr);
+    e["file"] = p.file.empty() ? Json(nullptr) : Json(p.file);
+    e["tensors"] = p.tensors;
+    e["message"] = p.message;
+    j["problems"].push_back(std::move(e));
+  }
+  return j;
+}
+
+VerifyReport verify_checkpoint(const std::string& path, unsigned threads, bool progress) {
+  auto start = std::chrono::steady_clock::now();
+  Archive a = Archive::open(path);
+  a.open_bases();
+  const Manifest& m = a.manifest();
+  VerifyReport report;
+  report.archive = path;
+
+  // The bytes around the frames (tar headers, padding) are covered by the archive hash.
+  std::uint64_t whole = 0;
+  std::exception_ptr hash_error;
+  std::thread hasher([&] {
+    try {
+      whole = archive_hash(a);
+    } catch (...) {
+      hash_error = std::current_exception();
+    }
+  });
+  struct Outcome {
+    std::string error;
+  };
+  threads = decode_threads(threads, largest_frame(m));
+  std::vector<Decoder> decoders(threads);
+  Progress bar("verifying", m.raw_bytes(), progress);
+  try {
+    ordered_parallel<Outcome>(
+        m.frames.size(), threads, 2 * threads,
+        [&](std::size_t i, unsigned worker) {
+          try {
+            decode_checked(a, i, decoders[worker]);
+          } catch (const FrameError& e) {
+            return Outcome{e.what()};
+          }
+          return Outcome{};
+        },
+        [&](std::size_t i, Outcome&& o) {
+          check_interrupted();
+          const FrameRecord& fr = m.frames[i];
+          report.bytes += fr.raw_bytes;
+          ++report.frames;
+          bar.update(report.bytes);
+          if (o.error.empty()) return;
+          VerifyProblem p;
+          p.frame = i;
+          p.file = m.files[fr.file].path;
+          for (const auto& t : m.files[fr.file].tensors)
+            if (t.offset < fr.raw_offset + fr.raw_bytes && t.offset + t.bytes > fr.raw_offset) p.tensors.push_back(t.name);
+          std::string where = fr.base ? " in base " + a.base_path(*fr.base) : "";
+          p.message = fmt::format("{}{} is corrupt: {}", m.describe_frame(i), where, o.error);
+          report.problems.push_back(std::move(p));
+        });
+  } catch (...) {
+    hasher.join();
+    throw;
+  }
+  hasher.join();
+  bar.finish();
+  if (hash_error) std::rethrow_exception(hash_error);
+  if (whole != m.archive_xxh3 && report.ok())
+    report.problems.push_back({std::nullopt, "", {},
+                               "the bytes around the frames (tar headers, padding) do not match the archive hash"});
+  report.seconds = seconds_since(start);
+  return report;
+}
+
+void cat_entry(const std::string& path, const std::string& spec, unsigned threads, int fd) {
+  Archive a = Archive::open(path);
+  const Manifest& m = a.manifest();
+  std::optional<std::size_t> file = m.find(spec);
+  std::string tensor;
+  if (!file) {
+    auto colon = spec.rfind(':');
+    if (colon != std::string::npos) {
+      file = m.find(spec.substr(0, colon));
+      tensor = spec.substr(colon + 1);
+    }
+  }
+  if (!file) throw Error(Exit::NoInput, fmt::format("{}: not in {}", spec, path), "rckpt ls lists the archive");
+  const FileRecord& f = m.files[*file];
+  if (f.type != EntryType::File) throw Error(Exit::NoInput, fmt::format("{}: not a file in {}", f.path, path));
+  std::uint64_t begin = 0, end = f.bytes;
+  if (!tensor.empty()) {
+    auto t = std::find_if(f.tensors.begin(), f.tensors.end(), [&](const TensorRecord& r) { return r.name == tensor; });
+    if (t == f.tensors.end())
+      throw Error(Exit::NoInput, fmt::format("{}: no tensor '{}' in {}", path, tensor, f.path),
+                  "rckpt ls --tensors lists them");
+    begin = t->offset;
+    end = t->offset + t->bytes;
+  }
+  std::vector<std::size_t> frames;
+  bool need_bases = false;
+  for (std::uint64_t k = f.first_frame; k < f.first_frame + f.frame_count; ++k) {
+    const FrameRecord& fr = m.frames[k];
+    if (fr.raw_offset < end && fr.raw_offset + fr.raw_bytes > begin) {
+      frames.push_back(k);
+      need_bases |= fr.base.has_value();
+    }
+  }
+  if (need_bases) a.open_bases();
+  threads = decode_threads(threads, largest_frame(m));
+  threads = static_cast<unsigned>(std::min<std::size_t>(threads, std::max<std::size_t>(frames.size(), 1)));
+  std::vector<Decoder> decoders(threads);
+  ordered_parallel<std::vector<std::byte>>(
+      frames.size(), threads, threads + 1,
+      [&](std::size_t k, unsigned worker) {
+        Decoder& d = decoders[worker];
+        try {
+          decode_checked(a, frames[k], d);
+        } catch (const FrameError& e) {
+          throw corrupt(a, frames[k], e);
+        }
+        return std::exchange(d.raw, {});
+      },
+      [&](std::size_t k, std::vector<std::byte>&& raw) {
+        const FrameRecord& fr = m.frames[frames[k]];
+        std::uint64_t from = std::max(begin, fr.raw_offset), to = std::min(end, fr.raw_offset + fr.raw_bytes);
+        write_all(fd, raw.data() + (from - fr.raw_offset), to - from, "stdout");
+      });
+}
+
+}  // namespace rkit::rckpt
