@@ -20,6 +20,7 @@ complete -c rckpt -n '__fish_seen_subcommand_from pack' -l level -x -d 'zstd lev
 complete -c rckpt -n '__fish_seen_subcommand_from pack' -l frame-size -x -d 'Input bytes per frame, 64K to 64M (default 8M)'
 complete -c rckpt -n '__fish_seen_subcommand_from pack' -l no-shuffle -d 'Do not byte-shuffle tensor data before compression'
 complete -c rckpt -n '__fish_seen_subcommand_from pack' -l base -r -F -d 'Reuse identical frames of this earlier archive (incremental)'
+complete -c rckpt -n '__fish_seen_subcommand_from pack' -l dereference -s L -d 'Store the files and directories symlinks point at, not the links (e.g. a Hugging Face snapshot)'
 complete -c rckpt -n '__fish_seen_subcommand_from pack' -F
 complete -c rckpt -n '__fish_seen_subcommand_from unpack' -l directory -s C -r -F -d 'Directory to unpack into (created if missing)'
 complete -c rckpt -n '__fish_seen_subcommand_from unpack' -l only -r -F -d 'Unpack only these files or directories (repeatable)'

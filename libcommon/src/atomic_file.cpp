@@ -11,21 +11,10 @@
 #include <vector>
 
 #include "rkit/error.hpp"
+#include "rkit/file.hpp"
 
 namespace rkit {
 namespace {
-
-std::string dir_of(const std::string& path) {
-  auto slash = path.rfind('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return path.substr(0, slash);
-}
-
-std::string base_of(const std::string& path) {
-  auto slash = path.rfind('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
 
 void fsync_dir(const std::string& dir) {
   int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -41,13 +30,20 @@ void fsync_dir(const std::string& dir) {
 
 AtomicFile::AtomicFile(std::string path, mode_t mode) : path_(std::move(path)) {
   if (path_.empty() || path_.back() == '/') throw Error(Exit::Usage, "invalid output path '" + path_ + "'");
-  std::string tmpl = dir_of(path_) + "/." + base_of(path_) + ".tmp.XXXXXX";
+  std::string tmpl = parent_dir(path_) + "/." + base_name(path_) + ".tmp.XXXXXX";
   std::vector<char> buf(tmpl.begin(), tmpl.end());
   buf.push_back('\0');
   fd_ = ::mkostemp(buf.data(), O_CLOEXEC);
-  if (fd_ < 0) throw system_error("create temporary file in " + dir_of(path_), errno);
+  if (fd_ < 0) throw system_error("create temporary file in " + parent_dir(path_), errno);
   temp_.assign(buf.data());
-  ::flock(fd_, LOCK_EX | LOCK_NB);  // fresh file: only a racing cleaner could hold it
+  // Held until commit() or the destructor: a cleaner that can take it knows the writer is gone.
+  if (::flock(fd_, LOCK_EX) != 0) {
+    int err = errno;
+    ::close(fd_);
+    ::unlink(temp_.c_str());
+    fd_ = -1;
+    throw system_error("lock " + temp_, err);
+  }
   mode_t mask = ::umask(0);
   ::umask(mask);
   if (::fchmod(fd_, mode & ~mask) != 0) {
@@ -79,14 +75,13 @@ void AtomicFile::write(std::string_view data) {
 void AtomicFile::commit() {
   if (fd_ < 0 || committed_) throw Error(Exit::Software, "atomic file " + path_ + " committed twice");
   if (::fsync(fd_) != 0) throw system_error("fsync " + path_, errno);
-  if (::close(fd_) != 0) {
-    fd_ = -1;
-    throw system_error("close " + path_, errno);
-  }
-  fd_ = -1;
+  // Renamed while still open (and locked), so that no cleaner takes it for abandoned.
   if (::rename(temp_.c_str(), path_.c_str()) != 0) throw system_error("rename to " + path_, errno);
   committed_ = true;
-  fsync_dir(dir_of(path_));
+  int rc = ::close(fd_);
+  fd_ = -1;
+  if (rc != 0) throw system_error("close " + path_, errno);
+  fsync_dir(parent_dir(path_));
 }
 
 bool is_atomic_temp_name(std::string_view name) {
@@ -95,12 +90,13 @@ bool is_atomic_temp_name(std::string_view name) {
   return name.substr(name.size() - 6 - kTmp.size(), kTmp.size()) == kTmp;
 }
 
-bool is_abandoned_temp(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+bool remove_if_abandoned(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0) return false;
-  bool abandoned = ::flock(fd, LOCK_EX | LOCK_NB) == 0;
+  // Unlinked while the lock is held: a writer cannot take the file back in between.
+  bool removed = ::flock(fd, LOCK_EX | LOCK_NB) == 0 && ::unlink(path.c_str()) == 0;
   ::close(fd);
-  return abandoned;
+  return removed;
 }
 
 void atomic_write_file(const std::string& path, std::string_view data, mode_t mode) {

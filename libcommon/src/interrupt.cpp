@@ -22,12 +22,16 @@ InterruptGuard::InterruptGuard() {
   g_signal = 0;
   struct sigaction sa{};
   sa.sa_handler = record_signal;
+  // Restart interrupted system calls (the work notices at its next check); a second
+  // signal of the same kind takes the default action, so a stuck program still dies.
+  sa.sa_flags = SA_RESTART | SA_RESETHAND;
   sigemptyset(&sa.sa_mask);
   for (std::size_t i = 0; i < std::size(kSignals); ++i) sigaction(kSignals[i], &sa, &g_previous[i]);
 }
 
 InterruptGuard::~InterruptGuard() {
   for (std::size_t i = 0; i < std::size(kSignals); ++i) sigaction(kSignals[i], &g_previous[i], nullptr);
+  g_signal = 0;  // without a guard, nothing is interrupted
 }
 
 void InterruptGuard::reraise() const {

@@ -18,6 +18,7 @@
 
 #include "rkit/atomic_file.hpp"
 #include "rkit/error.hpp"
+#include "rkit/file.hpp"
 
 namespace rkit::safetensors {
 namespace {
@@ -203,26 +204,10 @@ double decode_minifloat(std::uint32_t bits, int exp_bits, int man_bits, bool iee
   return negative ? -value : value;
 }
 
-// Closes a file descriptor on every way out.
-struct Fd {
-  int fd;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-
 // Reads up to `n` bytes at `offset`; fewer only at end of file.
 std::string read_at(int fd, std::uint64_t offset, std::uint64_t n, const std::string& path) {
   std::string out(n, '\0');
-  std::uint64_t got = 0;
-  while (got < n) {
-    ssize_t r = ::pread(fd, out.data() + got, n - got, static_cast<off_t>(offset + got));
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) throw system_error("read " + path, errno);
-    if (r == 0) break;
-    got += static_cast<std::uint64_t>(r);
-  }
-  out.resize(got);
+  out.resize(pread_full(fd, out.data(), out.size(), offset, path));
   return out;
 }
 
@@ -303,20 +288,21 @@ Header parse_header_bytes(std::string_view prefix, const std::string& source) {
 }
 
 Header read_header(const std::string& path) {
-  Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
-  if (f.fd < 0) throw system_error(path, errno);
+  UniqueFd f(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  if (!f) throw system_error(path, errno);
   struct stat st {};
-  if (::fstat(f.fd, &st) != 0) throw system_error("stat " + path, errno);
+  if (::fstat(f.get(), &st) != 0) throw system_error("stat " + path, errno);
   if (S_ISDIR(st.st_mode)) throw Error(Exit::NoInput, path + ": is a directory");
+  if (!S_ISREG(st.st_mode)) throw Error(Exit::NoInput, path + ": not a regular file");
   const auto size = static_cast<std::uint64_t>(st.st_size);
 
-  std::string prefix = read_at(f.fd, 0, 8, path);
+  std::string prefix = read_at(f.get(), 0, 8, path);
   if (prefix.size() == 8) {
     // Read no more than the header (capped, so that a bad length allocates nothing big);
     // parse_header_bytes then names whatever is wrong.
     const std::uint64_t n = std::min(load_le(reinterpret_cast<const std::byte*>(prefix.data()), 8),
                                      kMaxHeaderBytes + 1);
-    if (n <= kMaxHeaderBytes) prefix += read_at(f.fd, 8, n, path);
+    if (n <= kMaxHeaderBytes) prefix += read_at(f.get(), 8, n, path);
   }
   Header h = parse_header_bytes(prefix, path);
   if (size < h.file_bytes)

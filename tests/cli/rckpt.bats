@@ -250,7 +250,7 @@ EOF
 }
 
 @test "hostile archives are refused and nothing is written outside the target" {
-  for case in tarslip absolute symlink_escape below_symlink; do
+  for case in tarslip absolute symlink_escape symlink_chain below_symlink shared_frame; do
     "$PY" "$RKIT_ROOT/tests/cli/rkpt_forge.py" "$case.rkpt" "$case"
     mkdir -p "t-$case/target"
     run --separate-stderr rckpt unpack "$case.rkpt" -C "t-$case/target"
@@ -383,7 +383,7 @@ EOF
   ln -s /etc/passwd ck/abs
   run --separate-stderr rckpt pack ck -o a.rkpt
   assert_success
-  [[ "$stderr" == *"escape -> ../../etc: the link leaves the checkpoint"* ]]
+  [[ "$stderr" == *"escape -> ../../etc: a link with a target that leaves the root"* ]]
   [[ "$stderr" == *"abs -> /etc/passwd"* ]]
   run rckpt verify a.rkpt
   assert_success
@@ -391,11 +391,75 @@ EOF
   refute_output --partial escape
 }
 
+@test "pack refuses to replace the archive it builds on" {
+  rckpt pack ck -o roll.rkpt -q
+  printf '{"step": 200}\n' > ck/trainer_state.json
+  run --separate-stderr rckpt pack ck -o roll.rkpt --base roll.rkpt
+  assert_failure 64
+  assert_one_line_stderr
+  [[ "$stderr" == *"which the new archive needs"* ]]
+  run rckpt verify roll.rkpt
+  assert_success
+}
+
+@test "a file replaced while it is packed fails the pack (74): no torn checkpoint" {
+  head -c $((48 << 20)) /dev/urandom > ck/big.bin
+  rckpt pack ck -o a.rkpt -q --level 19 --threads 1 2> err &
+  pid=$!
+  for _ in $(seq 100); do compgen -G '.a.rkpt.tmp.*' >/dev/null && break; sleep 0.05; done
+  printf '{"step": 101}\n' > new-state && mv new-state ck/trainer_state.json
+  code=0
+  wait "$pid" || code=$?
+  [[ $code -eq 74 ]]
+  grep -q "trainer_state.json: changed while being packed" err
+  assert_file_not_exists a.rkpt
+}
+
+@test "--dereference packs what links point at (a Hugging Face snapshot)" {
+  mkdir -p hub/blobs hub/snapshots/abc
+  printf 'weights\n' > hub/blobs/1234
+  ln -s ../../blobs/1234 hub/snapshots/abc/model.bin
+  run --separate-stderr rckpt pack hub/snapshots/abc -o plain.rkpt -q
+  assert_success
+  [[ "$stderr" == *"model.bin -> ../../blobs/1234"*"skipped"* ]]
+  run rckpt pack hub/snapshots/abc -o deref.rkpt -q --dereference
+  assert_success
+  run rckpt cat deref.rkpt model.bin
+  assert_output weights
+}
+
+@test "an interrupted pack to stdout leaves no end-of-archive marker" {
+  head -c $((48 << 20)) /dev/urandom > ck/big.bin
+  rckpt pack ck -o - -q --level 19 --threads 1 > stream.tar &
+  pid=$!
+  for _ in $(seq 100); do [[ -s stream.tar ]] && break; sleep 0.05; done
+  sleep 0.3
+  kill -TERM "$pid"
+  wait "$pid" || true
+  # The stream ends at a frame, not with tar's two zero blocks.
+  [[ $(tail -c 1024 stream.tar | tr -d '\0' | wc -c) -gt 0 ]]
+  run --separate-stderr rckpt ls stream.tar
+  assert_failure 65
+}
+
+@test "gc does not remove an archive another process is reading" {
+  rckpt pack ck -o c1.rkpt -q
+  rckpt pack ck -o c2.rkpt -q
+  flock -s c1.rkpt sleep 5 &
+  sleep 0.3
+  run rckpt gc . --keep-last 1 --json
+  assert_success
+  echo "$output" | jq -e -s 'map(select(.archive | endswith("c1.rkpt")))[0].action == "skip"'
+  assert_file_exists c1.rkpt
+  kill %1 2>/dev/null || true
+}
+
 @test "usage errors exit 64 with one line" {
+  rckpt pack ck -o a.rkpt -q
   for args in "" "pack" "pack ck" "pack ck -o x.rkpt --frame-size 1K" "pack ck -o x.rkpt --frame-size lots" \
               "pack ck -o x.rkpt --level 0" "pack ck -o - --json" "gc . --keep-last 0" "unpack a.rkpt" \
               "bogus" "pack ck -o x.rkpt --threads -1" "ls -" "pack ck -o x.rkpt --level 20" \
-              "pack ck -o x.rkpt --frame-size 65M"; do
+              "pack ck -o x.rkpt --frame-size 65M" "cat a.rkpt model.safetensors:"; do
     run --separate-stderr rckpt $args
     [[ $status -eq 64 ]] || { echo "rckpt $args: exit $status"; false; }
     assert_one_line_stderr

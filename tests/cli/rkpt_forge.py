@@ -7,8 +7,8 @@ frames/NNNNNNNN.zst entry per zstd frame, .rkpt/manifest.json (rkit.ckpt.v1) and
 manifest's header. Needs python3-xxhash and the zstd program.
 
   rkpt_forge.py OUT CASE
-CASE: ok, tarslip, absolute, symlink_escape, below_symlink, size_bomb, short_frame,
-      v2_schema
+CASE: ok, tarslip, absolute, symlink_escape, symlink_chain, below_symlink, size_bomb,
+      short_frame, shared_frame, v2_schema
 """
 import io
 import json
@@ -83,6 +83,14 @@ def main():
         frames.append((1, hello, zstd(hello), len(hello)))
     elif case == 'symlink_escape':
         files.append({'path': 'link', 'type': 'symlink', 'target': '../../outside'})
+    elif case == 'symlink_chain':
+        # Each link alone stays inside; together x points at the parent of the target.
+        files.append({'path': 'y', 'type': 'symlink', 'target': '.'})
+        files.append({'path': 'x', 'type': 'symlink', 'target': 'y/..'})
+    elif case == 'shared_frame':
+        # Two files whose frames are the same archive bytes: one small frame for many.
+        files.append(plain('copy.txt'))
+        frames.append((1, hello, zstd(hello), len(hello)))
     elif case == 'below_symlink':
         files.append({'path': 'dir', 'type': 'symlink', 'target': '.'})
         files.append(plain('dir/x.txt'))
@@ -99,6 +107,8 @@ def main():
     elif case != 'ok' and case != 'v2_schema':
         sys.exit('unknown case ' + case)
     out, manifest = forge(files, frames)
+    if case == 'shared_frame':
+        manifest['frames'][1]['offset'] = manifest['frames'][0]['offset']
     if case == 'v2_schema':
         manifest['schema'] = 'rkit.ckpt.v2'
     with open(path, 'wb') as f:

@@ -310,11 +310,13 @@ TEST(AtomicFile, ALiveTemporaryIsHeldAnAbandonedOneIsNot) {
     AtomicFile f(dir.file("x.rkpt"));
     held = f.temp_path();
     EXPECT_TRUE(is_atomic_temp_name(held.substr(held.rfind('/') + 1)));
-    EXPECT_FALSE(is_abandoned_temp(held));  // its writer is alive
+    EXPECT_FALSE(remove_if_abandoned(held));  // its writer is alive
+    EXPECT_TRUE(std::filesystem::exists(held));
   }
   testing::write(dir.file(".y.rkpt.tmp.Ab12Cd"), "left by a killed writer");
-  EXPECT_TRUE(is_abandoned_temp(dir.file(".y.rkpt.tmp.Ab12Cd")));
-  EXPECT_FALSE(is_abandoned_temp(dir.file("missing")));
+  EXPECT_TRUE(remove_if_abandoned(dir.file(".y.rkpt.tmp.Ab12Cd")));
+  EXPECT_FALSE(std::filesystem::exists(dir.file(".y.rkpt.tmp.Ab12Cd")));
+  EXPECT_FALSE(remove_if_abandoned(dir.file("missing")));
   EXPECT_FALSE(is_atomic_temp_name("x.rkpt"));
   EXPECT_FALSE(is_atomic_temp_name(".x.tmp.12345"));
 }

@@ -174,11 +174,33 @@ TEST(Manifest, RefusesUnsafePaths) {
 TEST(Manifest, RefusesEscapingSymlinksAndEntriesBelowThem) {
   expect_refused(manifest_text(R"([{"path":"l","type":"symlink","target":"../x"}])", "[]"), "leaves");
   expect_refused(manifest_text(R"([{"path":"d/l","type":"symlink","target":"../../x"}])", "[]"), "leaves");
-  expect_refused(manifest_text(R"([{"path":"l","type":"symlink","target":"/etc"}])", "[]"), "leaves");
+  expect_refused(manifest_text(R"([{"path":"l","type":"symlink","target":"/etc"}])", "[]"), "absolute");
   EXPECT_NO_THROW(parse_manifest(manifest_text(R"([{"path":"d/l","type":"symlink","target":"../x"}])", "[]"), "m"));
   expect_refused(manifest_text(R"([{"path":"l","type":"symlink","target":"."},{"path":"l/x","type":"dir"}])", "[]"),
                  "below the symlink");
   expect_refused(manifest_text(R"([{"path":"a","type":"dir"},{"path":"a","type":"dir"}])", "[]"), "twice");
+}
+
+TEST(Manifest, UnsafeSymlinkNamesWhyAndFollowsNoOtherLink) {
+  std::map<std::string, EntryType> entries = {{"y", EntryType::Symlink}, {"d", EntryType::Dir}};
+  EXPECT_EQ(unsafe_symlink("d/l", "../x", entries), "");
+  EXPECT_EQ(unsafe_symlink("l", "y", entries), "");  // a link to a (checked) link
+  EXPECT_NE(unsafe_symlink("x", "y/..", entries).find("through another symlink"), std::string::npos);
+  EXPECT_NE(unsafe_symlink("x", "d/../../z", entries).find("leaves the root"), std::string::npos);
+  EXPECT_NE(unsafe_symlink("x", "/etc", entries).find("absolute"), std::string::npos);
+  expect_refused(manifest_text(R"([{"path":"y","type":"symlink","target":"."},{"path":"x","type":"symlink","target":"y/.."}])",
+                               "[]"),
+                 "through another symlink");
+}
+
+TEST(Manifest, RefusesSharedFrameBytesAndAbsoluteBases) {
+  std::string two_files = R"([{"path":"a","type":"file","bytes":10,"first_frame":0,"frame_count":1},)"
+                          R"({"path":"b","type":"file","bytes":10,"first_frame":1,"frame_count":1}])";
+  std::string shared = R"([{"file":0,"raw_offset":0,"raw_bytes":10,"xxh3":"00000000000000ff","offset":1024,"bytes":20},)"
+                       R"({"file":1,"raw_offset":0,"raw_bytes":10,"xxh3":"00000000000000ff","offset":1030,"bytes":20}])";
+  expect_refused(manifest_text(two_files, shared), "share archive bytes");
+  expect_refused(manifest_text(kOneFile, kOneFrame, R"({"name":"/etc/x.rkpt","archive_xxh3":"0000000000000001"})"),
+                 "relative");
 }
 
 TEST(Manifest, RefusesFramesThatDoNotCoverTheirFile) {

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -11,35 +12,15 @@
 
 #include "frame_codec.hpp"
 #include "rkit/error.hpp"
+#include "rkit/file.hpp"
 
 namespace rkit::rckpt {
 namespace {
-
-std::string dir_of(const std::string& path) {
-  auto slash = path.rfind('/');
-  if (slash == std::string::npos) return ".";
-  return slash == 0 ? "/" : path.substr(0, slash);
-}
 
 // The name field of a ustar header block.
 std::string tar_name(const char* block) { return std::string(block, strnlen(block, 100)); }
 
 }  // namespace
-
-std::size_t read_at(int fd, void* buf, std::size_t size, std::uint64_t offset, const std::string& name) {
-  std::size_t done = 0;
-  auto* p = static_cast<char*>(buf);
-  while (done < size) {
-    ssize_t n = ::pread(fd, p + done, size - done, static_cast<off_t>(offset + done));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      throw system_error("read " + name, errno);
-    }
-    if (n == 0) break;
-    done += static_cast<std::size_t>(n);
-  }
-  return done;
-}
 
 Archive::Archive(Archive&& other) noexcept { *this = std::move(other); }
 
@@ -65,15 +46,17 @@ Archive Archive::open(const std::string& path) {
     throw Error(Exit::Usage, "archives are read by random access: give a file, not -", "save the stream to a file first");
   Archive a;
   a.path_ = path;
-  a.fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO in its place must not hang the open; it is refused below.
+  a.fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (a.fd_ < 0) throw system_error("open " + path, errno);
   struct stat st{};
   if (::fstat(a.fd_, &st) != 0) throw system_error("stat " + path, errno);
   if (!S_ISREG(st.st_mode)) throw Error(Exit::NoInput, path + ": not a regular file");
+  ::flock(a.fd_, LOCK_SH);  // advisory, against gc; where flock is unsupported, read anyway
   a.size_ = static_cast<std::uint64_t>(st.st_size);
 
   char block[kTarBlock] = {};
-  std::size_t got = read_at(a.fd_, block, sizeof block, 0, path);
+  std::size_t got = pread_full(a.fd_, block, sizeof block, 0, path);
   if (got < sizeof block || tar_name(block) != kFormatEntry)
     throw Error(Exit::DataErr, path + ": not an rckpt archive", got == 0 ? "the file is empty" : "");
 
@@ -84,7 +67,7 @@ Archive Archive::open(const std::string& path) {
   if (a.size_ % kTarBlock == 0) {
     std::uint64_t tail_start = a.size_ > kTail ? a.size_ - kTail : 0;
     std::vector<char> tail(a.size_ - tail_start);
-    read_at(a.fd_, tail.data(), tail.size(), tail_start, path);
+    pread_full(a.fd_, tail.data(), tail.size(), tail_start, path);
     std::uint64_t zero_blocks = 0;
     for (std::uint64_t end = a.size_; end >= tail_start + kTarBlock; end -= kTarBlock, ++zero_blocks) {
       const char* b = tail.data() + (end - kTarBlock - tail_start);
@@ -101,7 +84,7 @@ Archive Archive::open(const std::string& path) {
       ix.manifest_offset > a.size_ || ix.manifest_bytes > a.size_ - ix.manifest_offset)
     throw Error(Exit::DataErr, path + ": damaged archive: the index points outside the file");
   std::string text(ix.manifest_bytes, '\0');
-  read_at(a.fd_, text.data(), text.size(), ix.manifest_offset, path);
+  pread_full(a.fd_, text.data(), text.size(), ix.manifest_offset, path);
   if (xxh3(std::as_bytes(std::span(text))) != ix.manifest_xxh3)
     throw Error(Exit::DataErr, path + ": damaged archive: the manifest does not match its hash");
   a.manifest_offset_ = ix.manifest_offset;
@@ -113,7 +96,7 @@ Archive Archive::open(const std::string& path) {
 
 std::string Archive::base_path(std::size_t i) const {
   const std::string& name = manifest_.bases.at(i).name;
-  return name.front() == '/' ? name : dir_of(path_) + "/" + name;
+  return name.front() == '/' ? name : parent_dir(path_) + "/" + name;
 }
 
 void Archive::open_bases() {
@@ -126,10 +109,11 @@ void Archive::open_bases() {
     try {
       bases_.push_back(Archive::open(where));
     } catch (const Error& e) {
-      if (e.code() != Exit::NoInput) throw;
-      throw Error(Exit::NoInput,
-                  fmt::format("{}: base archive {} is missing ({} frames live there)", path_, where, needed),
-                  "incremental archives need the archives they were packed against");
+      if (e.code() == Exit::NoInput)
+        throw Error(Exit::NoInput,
+                    fmt::format("{}: base archive {} is missing ({} frames live there)", path_, where, needed),
+                    "incremental archives need the archives they were packed against");
+      throw Error(e.code(), fmt::format("{}: its base archive: {}", path_, e.what()), e.hint(), e.detail());
     }
     if (bases_.back().manifest().archive_xxh3 != manifest_.bases[i].archive_xxh3)
       throw Error(Exit::DataErr, fmt::format("{}: base archive {} is not the one it was packed against (hash {} ≠ {})",
@@ -138,11 +122,28 @@ void Archive::open_bases() {
   }
 }
 
+std::span<const std::byte> Archive::decode_frame(std::size_t i, FrameBuffers& b) const {
+  const FrameRecord& fr = manifest_.frames.at(i);
+  read_frame(i, b.packed);
+  if (b.raw.size() < fr.raw_bytes) b.raw.resize(fr.raw_bytes);
+  b.codec.decode(b.packed, fr.raw_bytes, fr.shuffle, b.raw.data());
+  std::span<const std::byte> raw(b.raw.data(), fr.raw_bytes);
+  if (xxh3(raw) != fr.xxh3) throw FrameError("its bytes do not match their hash");
+  return raw;
+}
+
+Error Archive::corrupt_frame(std::size_t i, const FrameError& e) const {
+  const FrameRecord& fr = manifest_.frames.at(i);
+  std::string where = fr.base ? " (in base " + base_path(*fr.base) + ")" : "";
+  return Error(Exit::DataErr, fmt::format("{}: {}{} is corrupt: {}", path_, manifest_.describe_frame(i), where, e.what()),
+               "rckpt verify lists every damaged frame");
+}
+
 void Archive::read_frame(std::size_t i, std::vector<std::byte>& out) const {
   const FrameRecord& fr = manifest_.frames.at(i);
   const Archive& holder = fr.base ? bases_.at(*fr.base) : *this;
   out.resize(fr.bytes);
-  if (read_at(holder.fd_, out.data(), fr.bytes, fr.offset, holder.path_) != fr.bytes)
+  if (pread_full(holder.fd_, out.data(), fr.bytes, fr.offset, holder.path_) != fr.bytes)
     throw FrameError(fmt::format("lies beyond the end of {}", holder.path_));
 }
 

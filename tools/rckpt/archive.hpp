@@ -9,7 +9,9 @@
 //   std::vector<std::byte> packed;
 //   a.read_frame(7, packed);                       // the compressed bytes of frame 7
 //
-// An Archive is read-only after open_bases(); read_frame may be called from many threads.
+// An Archive is read-only after open_bases(); read_frame and decode_frame may be
+// called from many threads. Open archives hold a shared flock, so that `rckpt gc`
+// (which takes it exclusively) never removes an archive being read.
 #pragma once
 
 #include <cstdint>
@@ -17,7 +19,9 @@
 #include <string>
 #include <vector>
 
+#include "frame_codec.hpp"
 #include "manifest.hpp"
+#include "rkit/error.hpp"
 
 namespace rkit::rckpt {
 
@@ -47,6 +51,17 @@ class Archive {
   // `out`, resized to fit. Throws FrameError when they lie beyond the file's end.
   void read_frame(std::size_t i, std::vector<std::byte>& out) const;
 
+  // One thread's buffers for decode_frame.
+  struct FrameBuffers {
+    FrameDecoder codec;
+    std::vector<std::byte> packed, raw;
+  };
+  // Reads, decodes and checks frame `i` (size and XXH3) into b.raw; returns its raw
+  // bytes. Throws FrameError naming what is wrong.
+  std::span<const std::byte> decode_frame(std::size_t i, FrameBuffers& b) const;
+  // The error to report for a corrupt frame: DataErr naming archive, frame, file and tensors.
+  Error corrupt_frame(std::size_t i, const FrameError& e) const;
+
  private:
   Archive() = default;
   std::string path_;
@@ -56,9 +71,5 @@ class Archive {
   Manifest manifest_;
   std::vector<Archive> bases_;
 };
-
-// pread that reads all of [offset, offset + size) or throws Error(IoErr); returns
-// fewer bytes only at the end of the file.
-std::size_t read_at(int fd, void* buf, std::size_t size, std::uint64_t offset, const std::string& name);
 
 }  // namespace rkit::rckpt

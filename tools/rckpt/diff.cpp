@@ -8,7 +8,6 @@
 #include <map>
 
 #include "archive.hpp"
-#include "frame_codec.hpp"
 #include "rkit/error.hpp"
 #include "rkit/interrupt.hpp"
 #include "rkit/safetensors.hpp"
@@ -28,19 +27,16 @@ class RangeReader {
       std::size_t k = frame_at(f, offset);
       const FrameRecord& fr = a_.manifest().frames[k];
       if (cached_ != k) {
-        a_.read_frame(k, packed_);
-        raw_.resize(fr.raw_bytes);
         try {
-          codec_.decode(packed_, fr.raw_bytes, fr.shuffle, raw_.data());
-          if (xxh3(raw_) != fr.xxh3) throw FrameError("its bytes do not match their hash");
+          a_.decode_frame(k, buffers_);
         } catch (const FrameError& e) {
-          throw Error(Exit::DataErr, fmt::format("{}: {} is corrupt: {}", a_.path(), a_.manifest().describe_frame(k), e.what()));
+          throw a_.corrupt_frame(k, e);
         }
         cached_ = k;
       }
       std::uint64_t from = offset - fr.raw_offset;
       std::uint64_t n = std::min(len, fr.raw_bytes - from);
-      std::copy_n(raw_.data() + from, n, out);
+      std::copy_n(buffers_.raw.data() + from, n, out);
       out += n;
       offset += n;
       len -= n;
@@ -67,8 +63,7 @@ class RangeReader {
     return static_cast<std::size_t>(it - frames.begin()) - 1;
   }
   const Archive& a_;
-  FrameDecoder codec_;
-  std::vector<std::byte> packed_, raw_;
+  Archive::FrameBuffers buffers_;
   std::size_t cached_ = SIZE_MAX;
 };
 
@@ -190,21 +185,27 @@ DiffReport diff_checkpoints(const std::string& a_path, const std::string& b_path
   const Manifest &ma = a.manifest(), &mb = b.manifest();
   DiffReport report;
 
-  // Files in A's order, then those only in B.
+  // Regular files of each archive by path; paths in A's order, then those only in B.
+  constexpr std::size_t kNone = SIZE_MAX;
+  std::map<std::string, std::size_t> files_a, files_b;
   std::vector<std::string> paths;
-  for (const auto& f : ma.files)
-    if (f.type == EntryType::File) paths.push_back(f.path);
-  for (const auto& f : mb.files)
-    if (f.type == EntryType::File && !ma.find(f.path)) paths.push_back(f.path);
+  for (std::size_t i = 0; i < ma.files.size(); ++i)
+    if (ma.files[i].type == EntryType::File) {
+      files_a.emplace(ma.files[i].path, i);
+      paths.push_back(ma.files[i].path);
+    }
+  for (std::size_t i = 0; i < mb.files.size(); ++i)
+    if (mb.files[i].type == EntryType::File) {
+      files_b.emplace(mb.files[i].path, i);
+      if (!files_a.count(mb.files[i].path)) paths.push_back(mb.files[i].path);
+    }
+  auto index_in = [&](const std::map<std::string, std::size_t>& files, const std::string& path) {
+    auto it = files.find(path);
+    return it == files.end() ? kNone : it->second;
+  };
 
   for (const auto& path : paths) {
-    // Index of the file in each archive, or kNone.
-    constexpr std::size_t kNone = SIZE_MAX;
-    auto file_index = [&](const Manifest& m) {
-      auto i = m.find(path);
-      return i && m.files[*i].type == EntryType::File ? *i : kNone;
-    };
-    std::size_t ia = file_index(ma), ib = file_index(mb);
+    std::size_t ia = index_in(files_a, path), ib = index_in(files_b, path);
     std::vector<std::string> names_a, names_b;
     std::vector<Range> ra_list, rb_list;
     // A file that is safetensors on one side only compares as a whole.

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -13,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <set>
 #include <thread>
 
@@ -21,6 +23,7 @@
 #include "pack.hpp"
 #include "parallel.hpp"
 #include "rkit/error.hpp"
+#include "rkit/file.hpp"
 #include "rkit/interrupt.hpp"
 #include "rkit/progress.hpp"
 #include "rkit/units.hpp"
@@ -32,77 +35,14 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-// One worker's decoder and buffers.
-struct Decoder {
-  FrameDecoder codec;
-  std::vector<std::byte> packed;
-  std::vector<std::byte> raw;
-};
-
-// Reads, decodes and checks frame `i` into d.raw; throws FrameError naming what is wrong.
-std::span<const std::byte> decode_checked(const Archive& a, std::size_t i, Decoder& d) {
-  const FrameRecord& fr = a.manifest().frames[i];
-  a.read_frame(i, d.packed);
-  if (d.raw.size() < fr.raw_bytes) d.raw.resize(fr.raw_bytes);
-  d.codec.decode(d.packed, fr.raw_bytes, fr.shuffle, d.raw.data());
-  std::span<const std::byte> raw(d.raw.data(), fr.raw_bytes);
-  if (xxh3(raw) != fr.xxh3) throw FrameError("its bytes do not match their hash");
-  return raw;
-}
-
-Error corrupt(const Archive& a, std::size_t i, const FrameError& e) {
-  return Error(Exit::DataErr, fmt::format("{}: {} is corrupt: {}", a.path(), a.manifest().describe_frame(i), e.what()),
-               "rckpt verify lists every damaged frame");
-}
-
-void write_all(int fd, const std::byte* data, std::size_t n, const std::string& name) {
-  while (n > 0) {
-    ssize_t w = ::write(fd, data, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      throw system_error("write " + name, errno);
-    }
-    data += w;
-    n -= static_cast<std::size_t>(w);
-  }
-}
-
-class Fd {
- public:
-  explicit Fd(int fd = -1) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-  Fd& operator=(Fd&& o) noexcept {
-    std::swap(fd_, o.fd_);
-    return *this;
-  }
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
-std::vector<std::string> components(const std::string& path) {
-  std::vector<std::string> parts;
-  std::size_t start = 0;
-  for (auto slash = path.find('/'); slash != std::string::npos; slash = path.find('/', start)) {
-    parts.push_back(path.substr(start, slash - start));
-    start = slash + 1;
-  }
-  parts.push_back(path.substr(start));
-  return parts;
-}
-
 // Opens directory `rel` (safe relative path, "" for the root) below `root`, creating
 // missing parts. No part may be a symlink: an existing one is refused, not followed.
-Fd open_dir(int root, const std::string& rel, const std::string& shown_root) {
-  Fd cur(::dup(root));
-  if (cur.get() < 0) throw system_error("dup", errno);
+UniqueFd open_dir(int root, const std::string& rel, const std::string& shown_root) {
+  UniqueFd cur(::dup(root));
+  if (!cur) throw system_error("dup", errno);
   if (rel.empty()) return cur;
   std::string so_far = shown_root;
-  for (const auto& part : components(rel)) {
+  for (const auto& part : split_path(rel)) {
     so_far += "/" + part;
     if (::mkdirat(cur.get(), part.c_str(), 0755) != 0 && errno != EEXIST)
       throw system_error("create directory " + so_far, errno);
@@ -112,9 +52,15 @@ Fd open_dir(int root, const std::string& rel, const std::string& shown_root) {
         throw Error(Exit::DataErr, so_far + ": is a symlink or not a directory; refusing to write through it");
       throw system_error("open directory " + so_far, errno);
     }
-    cur = Fd(next);
+    cur = UniqueFd(next);
   }
   return cur;
+}
+
+// ".rkpt-part.<pid>.<index>.<random>": unique even when pids repeat (containers).
+std::string temp_name(const char* prefix, std::uint64_t index) {
+  static thread_local std::mt19937_64 rng(std::random_device{}() ^ static_cast<std::uint64_t>(::getpid()));
+  return fmt::format("{}.{}.{}.{:08x}", prefix, ::getpid(), index, rng() & 0xffffffffu);
 }
 
 std::string parent_of(const std::string& rel) {
@@ -139,10 +85,6 @@ class OutputFiles {
  public:
   OutputFiles(int root, std::string shown_root, const Manifest& m)
       : root_(root), shown_(std::move(shown_root)), m_(m), umask_(current_umask()) {}
-  ~OutputFiles() {
-    for (auto& [index, f] : open_)
-      if (f && !f->temp.empty()) ::unlinkat(f->dir.get(), f->temp.c_str(), 0);
-  }
 
   // The descriptor to write file `index` into (thread-safe).
   int fd(std::uint64_t index) {
@@ -152,9 +94,10 @@ class OutputFiles {
       const FileRecord& r = m_.files[index];
       auto f = std::make_unique<Open>();
       f->dir = open_dir(root_, parent_of(r.path), shown_);
-      f->temp = fmt::format(".rkpt-part.{}.{}", ::getpid(), index);
-      f->file = Fd(::openat(f->dir.get(), f->temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600));
-      if (f->file.get() < 0) throw system_error("create " + shown_ + "/" + r.path, errno);
+      std::string temp = temp_name(".rkpt-part", index);
+      f->file = UniqueFd(::openat(f->dir.get(), temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600));
+      if (!f->file) throw system_error("create " + shown_ + "/" + r.path, errno);
+      f->temp = std::move(temp);
       f->remaining = r.frame_count;
       slot = std::move(f);
     }
@@ -189,25 +132,25 @@ class OutputFiles {
   const std::set<std::string>& dirs_written() const { return dirs_; }
 
  private:
+  // A file being written; its temporary is removed unless finish() renamed it.
   struct Open {
-    Fd dir, file;
+    UniqueFd dir, file;
     std::string temp;
     std::uint64_t remaining = 0;
+    ~Open() {
+      if (!temp.empty()) ::unlinkat(dir.get(), temp.c_str(), 0);
+    }
   };
 
   void finish(std::uint64_t index, Open& f) {
     const FileRecord& r = m_.files[index];
     std::string shown = shown_ + "/" + r.path;
-    ::fchmod(f.file.get(), static_cast<mode_t>(r.mode) & 0777 & ~umask_);
+    if (::fchmod(f.file.get(), static_cast<mode_t>(r.mode) & 0777 & ~umask_) != 0) throw system_error("chmod " + shown, errno);
     timespec times[2] = {{0, UTIME_OMIT}, {r.mtime_ns / 1'000'000'000, r.mtime_ns % 1'000'000'000}};
-    if (r.mtime_ns >= 0) ::futimens(f.file.get(), times);
+    if (r.mtime_ns >= 0 && ::futimens(f.file.get(), times) != 0) throw system_error("set times of " + shown, errno);
     if (::fsync(f.file.get()) != 0) throw system_error("fsync " + shown, errno);
-    if (::renameat(f.dir.get(), f.temp.c_str(), f.dir.get(), name_of(r.path).c_str()) != 0) {
-      int err = errno;
-      ::unlinkat(f.dir.get(), f.temp.c_str(), 0);
-      f.temp.clear();
-      throw system_error("rename into " + shown, err);
-    }
+    if (::renameat(f.dir.get(), f.temp.c_str(), f.dir.get(), name_of(r.path).c_str()) != 0)
+      throw system_error("rename into " + shown, errno);
     f.temp.clear();
     std::lock_guard lock(mu_);
     dirs_.insert(parent_of(r.path));
@@ -228,6 +171,19 @@ std::string normalize_only(std::string p) {
   return p;
 }
 
+// Descriptors this process may still open: the soft limit, raised to the hard one.
+unsigned descriptor_budget() {
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return 256;
+  if (lim.rlim_cur < lim.rlim_max) {
+    lim.rlim_cur = lim.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &lim);
+    ::getrlimit(RLIMIT_NOFILE, &lim);
+  }
+  rlim_t usable = lim.rlim_cur == RLIM_INFINITY ? 65536 : lim.rlim_cur;
+  return static_cast<unsigned>(std::min<rlim_t>(usable > 32 ? usable - 32 : 4, 65536));
+}
+
 std::uint64_t largest_frame(const Manifest& m) {
   std::uint64_t most = 0;
   for (const auto& fr : m.frames) most = std::max(most, fr.raw_bytes);
@@ -243,7 +199,8 @@ std::uint64_t archive_hash(const Archive& a) {
   std::uint64_t end = a.manifest().archive_bytes;
   for (std::uint64_t at = 0; at < end;) {
     std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(buf.size(), end - at));
-    std::size_t got = read_at(a.fd(), buf.data(), want, at, a.path());
+    check_interrupted();
+    std::size_t got = pread_full(a.fd(), buf.data(), want, at, a.path());
     if (got == 0) break;
     XXH3_64bits_update(st, buf.data(), got);
     at += got;
@@ -292,8 +249,8 @@ UnpackResult unpack_checkpoint(const UnpackOptions& opt) {
   if (need_bases) a.open_bases();
 
   if (::mkdir(opt.dir.c_str(), 0755) != 0 && errno != EEXIST) throw system_error("create directory " + opt.dir, errno);
-  Fd root(::open(opt.dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (root.get() < 0) throw system_error("open directory " + opt.dir, errno);
+  UniqueFd root(::open(opt.dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!root) throw system_error("open directory " + opt.dir, errno);
   struct statvfs vfs{};
   if (::fstatvfs(root.get(), &vfs) == 0) {
     std::uint64_t free_bytes = std::uint64_t{vfs.f_bavail} * vfs.f_frsize;
@@ -309,8 +266,9 @@ UnpackResult unpack_checkpoint(const UnpackOptions& opt) {
   for (std::size_t i = 0; i < m.files.size(); ++i)
     if (selected[i] && m.files[i].type == EntryType::File && m.files[i].frame_count == 0) out.create_empty(i);
 
-  unsigned threads = decode_threads(opt.threads, largest_frame(m));
-  std::vector<Decoder> decoders(threads);
+  // Each file being written holds two descriptors; at most 2 * threads + 1 are open.
+  unsigned threads = std::min(decode_threads(opt.threads, largest_frame(m)), descriptor_budget() / 4);
+  std::vector<Archive::FrameBuffers> decoders(std::max(threads, 1u));
   Progress bar("unpacking", total, opt.progress);
   std::uint64_t done_bytes = 0;
   ordered_parallel<bool>(
@@ -320,9 +278,9 @@ UnpackResult unpack_checkpoint(const UnpackOptions& opt) {
         const FrameRecord& fr = m.frames[i];
         std::span<const std::byte> raw;
         try {
-          raw = decode_checked(a, i, decoders[worker]);
+          raw = a.decode_frame(i, decoders[worker]);
         } catch (const FrameError& e) {
-          throw corrupt(a, i, e);
+          throw a.corrupt_frame(i, e);
         }
         int fd = out.fd(fr.file);
         std::size_t done = 0;
@@ -349,8 +307,8 @@ UnpackResult unpack_checkpoint(const UnpackOptions& opt) {
   for (std::size_t i = 0; i < m.files.size(); ++i) {
     const FileRecord& f = m.files[i];
     if (!selected[i] || f.type != EntryType::Symlink) continue;
-    Fd dir = open_dir(root.get(), parent_of(f.path), opt.dir);
-    std::string temp = fmt::format(".rkpt-link.{}.{}", ::getpid(), i);
+    UniqueFd dir = open_dir(root.get(), parent_of(f.path), opt.dir);
+    std::string temp = temp_name(".rkpt-link", i);
     if (::symlinkat(f.target.c_str(), dir.get(), temp.c_str()) != 0)
       throw system_error("create symlink " + opt.dir + "/" + f.path, errno);
     if (::renameat(dir.get(), temp.c_str(), dir.get(), name_of(f.path).c_str()) != 0) {
@@ -420,14 +378,14 @@ VerifyReport verify_checkpoint(const std::string& path, unsigned threads, bool p
     std::string error;
   };
   threads = decode_threads(threads, largest_frame(m));
-  std::vector<Decoder> decoders(threads);
+  std::vector<Archive::FrameBuffers> decoders(threads);
   Progress bar("verifying", m.raw_bytes(), progress);
   try {
     ordered_parallel<Outcome>(
         m.frames.size(), threads, 2 * threads,
         [&](std::size_t i, unsigned worker) {
           try {
-            decode_checked(a, i, decoders[worker]);
+            a.decode_frame(i, decoders[worker]);
           } catch (const FrameError& e) {
             return Outcome{e.what()};
           }
@@ -443,8 +401,7 @@ VerifyReport verify_checkpoint(const std::string& path, unsigned threads, bool p
           VerifyProblem p;
           p.frame = i;
           p.file = m.files[fr.file].path;
-          for (const auto& t : m.files[fr.file].tensors)
-            if (t.offset < fr.raw_offset + fr.raw_bytes && t.offset + t.bytes > fr.raw_offset) p.tensors.push_back(t.name);
+          p.tensors = m.tensors_in_frame(i);
           std::string where = fr.base ? " in base " + a.base_path(*fr.base) : "";
           p.message = fmt::format("{}{} is corrupt: {}", m.describe_frame(i), where, o.error);
           report.problems.push_back(std::move(p));
@@ -468,18 +425,21 @@ void cat_entry(const std::string& path, const std::string& spec, unsigned thread
   const Manifest& m = a.manifest();
   std::optional<std::size_t> file = m.find(spec);
   std::string tensor;
+  bool tensor_given = false;
   if (!file) {
     auto colon = spec.rfind(':');
     if (colon != std::string::npos) {
       file = m.find(spec.substr(0, colon));
       tensor = spec.substr(colon + 1);
+      tensor_given = file.has_value();
     }
   }
   if (!file) throw Error(Exit::NoInput, fmt::format("{}: not in {}", spec, path), "rckpt ls lists the archive");
   const FileRecord& f = m.files[*file];
   if (f.type != EntryType::File) throw Error(Exit::NoInput, fmt::format("{}: not a file in {}", f.path, path));
   std::uint64_t begin = 0, end = f.bytes;
-  if (!tensor.empty()) {
+  if (tensor_given) {
+    if (tensor.empty()) throw Error(Exit::Usage, spec + ": no tensor name after ':'");
     auto t = std::find_if(f.tensors.begin(), f.tensors.end(), [&](const TensorRecord& r) { return r.name == tensor; });
     if (t == f.tensors.end())
       throw Error(Exit::NoInput, fmt::format("{}: no tensor '{}' in {}", path, tensor, f.path),
@@ -499,22 +459,22 @@ void cat_entry(const std::string& path, const std::string& spec, unsigned thread
   if (need_bases) a.open_bases();
   threads = decode_threads(threads, largest_frame(m));
   threads = static_cast<unsigned>(std::min<std::size_t>(threads, std::max<std::size_t>(frames.size(), 1)));
-  std::vector<Decoder> decoders(threads);
+  std::vector<Archive::FrameBuffers> decoders(threads);
   ordered_parallel<std::vector<std::byte>>(
       frames.size(), threads, threads + 1,
       [&](std::size_t k, unsigned worker) {
-        Decoder& d = decoders[worker];
+        Archive::FrameBuffers& d = decoders[worker];
         try {
-          decode_checked(a, frames[k], d);
+          a.decode_frame(frames[k], d);
         } catch (const FrameError& e) {
-          throw corrupt(a, frames[k], e);
+          throw a.corrupt_frame(frames[k], e);
         }
         return std::exchange(d.raw, {});
       },
       [&](std::size_t k, std::vector<std::byte>&& raw) {
         const FrameRecord& fr = m.frames[frames[k]];
         std::uint64_t from = std::max(begin, fr.raw_offset), to = std::min(end, fr.raw_offset + fr.raw_bytes);
-        write_all(fd, raw.data() + (from - fr.raw_offset), to - from, "stdout");
+        write_full(fd, raw.data() + (from - fr.raw_offset), to - from, "stdout");
       });
 }
 

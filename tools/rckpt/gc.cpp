@@ -2,6 +2,8 @@
 
 #include <dirent.h>
 #include <fmt/format.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,6 +16,7 @@
 #include "archive.hpp"
 #include "rkit/atomic_file.hpp"
 #include "rkit/error.hpp"
+#include "rkit/file.hpp"
 
 namespace rkit::rckpt {
 namespace {
@@ -24,14 +27,26 @@ bool ends_with(const std::string& s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+// Whether remove_if_abandoned would remove `path` (for --dry-run).
+bool remove_if_abandoned_dry(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
+  return fd && ::flock(fd.get(), LOCK_EX | LOCK_NB) == 0;
+}
+
 std::string canonical_or_empty(const std::string& path) {
   std::error_code ec;
   fs::path p = fs::canonical(path, ec);
   return ec ? std::string() : p.string();
 }
 
-void remove_file(const std::string& path, bool dry_run) {
+// Removes an archive unless someone reads it (readers hold a shared flock); returns
+// false when it is in use.
+bool remove_archive(const std::string& path, bool dry_run) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
+  if (!fd) return errno == ENOENT;
+  if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) return false;
   if (!dry_run && ::unlink(path.c_str()) != 0 && errno != ENOENT) throw system_error("remove " + path, errno);
+  return true;
 }
 
 }  // namespace
@@ -61,10 +76,8 @@ std::vector<GcAction> gc_checkpoints(const std::string& dir, std::size_t keep_la
     struct stat st{};
     if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
     if (is_atomic_temp_name(name) && name.find(".rkpt.tmp.") != std::string::npos) {
-      if (is_abandoned_temp(path)) {
-        remove_file(path, dry_run);
+      if (dry_run ? remove_if_abandoned_dry(path) : remove_if_abandoned(path))
         actions.push_back({path, "remove", "left by a pack that did not finish"});
-      }
       continue;
     }
     if (!ends_with(name, ".rkpt")) continue;
@@ -103,9 +116,10 @@ std::vector<GcAction> gc_checkpoints(const std::string& dir, std::size_t keep_la
     auto it = keep.find(canonical_or_empty(c.path));
     if (it != keep.end()) {
       actions.push_back({c.path, "keep", it->second});
-    } else {
-      remove_file(c.path, dry_run);
+    } else if (remove_archive(c.path, dry_run)) {
       actions.push_back({c.path, "remove", fmt::format("older than the newest {}", keep_last)});
+    } else {
+      actions.push_back({c.path, "skip", "in use by another rckpt"});
     }
   }
   return actions;

@@ -44,7 +44,7 @@ int main(int argc, char** argv) {
 
   auto* pack_cmd = tool.add_subcommand("pack", "Pack a checkpoint directory into an archive");
   PackOptions pack;
-  std::string frame_size, pack_threads_text;
+  std::string frame_size;
   unsigned threads = 0;
   std::string base;
   pack_cmd->add_option("dir", pack.dir, "Checkpoint directory")->required()->type_name("DIR");
@@ -55,6 +55,8 @@ int main(int argc, char** argv) {
   pack_cmd->add_flag("--no-shuffle", [&](std::int64_t) { pack.shuffle = false; },
                      "Do not byte-shuffle tensor data before compression");
   pack_cmd->add_option("--base", base, "Reuse identical frames of this earlier archive (incremental)")->type_name("FILE");
+  pack_cmd->add_flag("-L,--dereference", pack.dereference,
+                     "Store the files and directories symlinks point at, not the links (e.g. a Hugging Face snapshot)");
 
   auto* unpack_cmd = tool.add_subcommand("unpack", "Unpack an archive into a directory, checking every hash");
   UnpackOptions unpack;
@@ -111,9 +113,8 @@ int main(int argc, char** argv) {
       if (pack_cmd->count("--base")) pack.base = base;
       pack.threads = threads;
       pack.progress = progress;
-      pack.warn = [&](const std::string& w) {
-        if (!opts.quiet) std::cerr << "rckpt: warning: " << w << '\n';
-      };
+      // Shown even with -q: each warning says what the archive leaves out.
+      pack.warn = [](const std::string& w) { std::cerr << "rckpt: warning: " << w << '\n'; };
       PackResult r = pack_checkpoint(pack);
       if (!opts.quiet || format != Format::Table)
         print_one(format, r.to_json(), pack_columns(), pack_line(r), pack.output == "-" ? std::cerr : std::cout);

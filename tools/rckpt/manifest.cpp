@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <zstd.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -10,27 +11,6 @@
 
 namespace rkit::rckpt {
 namespace {
-
-const char* type_name(EntryType t) {
-  switch (t) {
-    case EntryType::File: return "file";
-    case EntryType::Dir: return "dir";
-    case EntryType::Symlink: return "symlink";
-  }
-  return "file";
-}
-
-std::vector<std::string> split_path(const std::string& path) {
-  std::vector<std::string> parts;
-  std::size_t start = 0;
-  while (start <= path.size()) {
-    auto slash = path.find('/', start);
-    if (slash == std::string::npos) slash = path.size();
-    parts.push_back(path.substr(start, slash - start));
-    start = slash + 1;
-  }
-  return parts;
-}
 
 // Reads fields of one JSON object, naming "<source>: <where>.<key>" in errors.
 class Fields {
@@ -82,22 +62,6 @@ class Fields {
 
 }  // namespace
 
-bool symlink_stays_inside(const std::string& link, const std::string& target) {
-  if (target.empty() || target.front() == '/' || target.find('\0') != std::string::npos) return false;
-  std::vector<std::string> stack = split_path(link);
-  stack.pop_back();  // the link's own name
-  for (const auto& part : split_path(target)) {
-    if (part.empty() || part == ".") continue;
-    if (part == "..") {
-      if (stack.empty()) return false;
-      stack.pop_back();
-    } else {
-      stack.push_back(part);
-    }
-  }
-  return true;
-}
-
 namespace {
 
 TensorRecord parse_tensor(const Json& j, const std::string& source, const std::string& where,
@@ -125,6 +89,56 @@ TensorRecord parse_tensor(const Json& j, const std::string& source, const std::s
 }
 
 }  // namespace
+
+const char* entry_type_name(EntryType t) {
+  switch (t) {
+    case EntryType::File: return "file";
+    case EntryType::Dir: return "dir";
+    case EntryType::Symlink: return "symlink";
+  }
+  return "file";
+}
+
+std::vector<std::string> split_path(const std::string& path) {
+  std::vector<std::string> parts;
+  std::size_t start = 0;
+  while (start <= path.size()) {
+    auto slash = path.find('/', start);
+    if (slash == std::string::npos) slash = path.size();
+    parts.push_back(path.substr(start, slash - start));
+    start = slash + 1;
+  }
+  return parts;
+}
+
+std::string unsafe_symlink(const std::string& link, const std::string& target,
+                           const std::map<std::string, EntryType>& entries) {
+  if (target.empty() || target.find('\0') != std::string::npos) return "an empty target";
+  if (target.front() == '/') return "an absolute target";
+  std::vector<std::string> stack = split_path(link);
+  stack.pop_back();  // the link's own name
+  std::vector<std::string> parts = split_path(target);
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    const std::string& part = parts[i];
+    if (part.empty() || part == ".") continue;
+    if (part == "..") {
+      if (stack.empty()) return "a target that leaves the root";
+      stack.pop_back();
+      continue;
+    }
+    stack.push_back(part);
+    if (i + 1 == parts.size()) break;  // the last part may be a (checked) link itself
+    std::string so_far;
+    for (const auto& p : stack) so_far += (so_far.empty() ? "" : "/") + p;
+    auto it = entries.find(so_far);
+    if (it != entries.end() && it->second == EntryType::Symlink) return "a target through another symlink (" + so_far + ")";
+  }
+  return "";
+}
+
+Json TensorRecord::to_json() const {
+  return Json{{"name", name}, {"dtype", dtype}, {"shape", shape}, {"offset", offset}, {"bytes", bytes}};
+}
 
 std::string hash_hex(std::uint64_t h) { return fmt::format("{:016x}", h); }
 
@@ -183,7 +197,7 @@ Json Manifest::to_json() const {
   for (const auto& f : files) {
     Json e;
     e["path"] = f.path;
-    e["type"] = type_name(f.type);
+    e["type"] = entry_type_name(f.type);
     e["mode"] = f.mode;
     e["mtime_ns"] = f.mtime_ns;
     if (f.type == EntryType::File) {
@@ -192,9 +206,7 @@ Json Manifest::to_json() const {
       e["frame_count"] = f.frame_count;
       if (f.safetensors) {
         e["tensors"] = Json::array();
-        for (const auto& t : f.tensors)
-          e["tensors"].push_back(
-              {{"name", t.name}, {"dtype", t.dtype}, {"shape", t.shape}, {"offset", t.offset}, {"bytes", t.bytes}});
+        for (const auto& t : f.tensors) e["tensors"].push_back(t.to_json());
       }
     }
     if (f.type == EntryType::Symlink) e["target"] = f.target;
@@ -230,14 +242,20 @@ std::optional<std::size_t> Manifest::find(const std::string& path) const {
   return std::nullopt;
 }
 
+std::vector<std::string> Manifest::tensors_in_frame(std::uint64_t index) const {
+  const FrameRecord& fr = frames.at(index);
+  std::vector<std::string> names;
+  for (const auto& t : files.at(fr.file).tensors)
+    if (t.offset < fr.raw_offset + fr.raw_bytes && t.offset + t.bytes > fr.raw_offset) names.push_back(t.name);
+  return names;
+}
+
 std::string Manifest::describe_frame(std::uint64_t index) const {
   const FrameRecord& fr = frames.at(index);
   const FileRecord& file = files.at(fr.file);
   std::string text = fmt::format("frame {} ({} bytes {}..{}", index, file.path, fr.raw_offset,
                                  fr.raw_offset + fr.raw_bytes);
-  std::vector<std::string> names;
-  for (const auto& t : file.tensors)
-    if (t.offset < fr.raw_offset + fr.raw_bytes && t.offset + t.bytes > fr.raw_offset) names.push_back(t.name);
+  std::vector<std::string> names = tensors_in_frame(index);
   if (!names.empty()) {
     constexpr std::size_t kShown = 4;
     text += names.size() == 1 ? ", tensor " : ", tensors ";
@@ -264,7 +282,8 @@ Manifest parse_manifest(std::string_view text, const std::string& source) {
   for (std::size_t i = 0; i < bases.size(); ++i) {
     Fields b(bases[i], source, fmt::format("bases[{}]", i));
     BaseRecord r{b.str("name"), b.hash("archive_xxh3")};
-    if (r.name.empty() || r.name.find('\0') != std::string::npos) b.fail("name", "must be a file name");
+    if (r.name.empty() || r.name.front() == '/' || r.name.find('\0') != std::string::npos)
+      b.fail("name", "must be a path relative to the archive's directory");
     m.bases.push_back(std::move(r));
   }
 
@@ -296,21 +315,22 @@ Manifest parse_manifest(std::string_view text, const std::string& source) {
           r.tensors.push_back(parse_tensor((*tensors)[k], source, fmt::format("{}.tensors[{}]", where, k), r.bytes));
       }
     }
-    if (r.type == EntryType::Symlink) {
-      r.target = f.str("target");
-      if (!symlink_stays_inside(r.path, r.target))
-        f.fail("target", "symlink '" + r.path + "' -> '" + r.target + "' leaves the archive's root");
-    }
+    if (r.type == EntryType::Symlink) r.target = f.str("target");
     if (!seen.emplace(r.path, r.type).second) f.fail("path", "'" + r.path + "' appears twice");
     m.files.push_back(std::move(r));
   }
   // Nothing may sit below a file or a symlink: extraction would write through it.
   for (const auto& f : m.files) {
+    if (f.type == EntryType::Symlink) {
+      std::string why = unsafe_symlink(f.path, f.target, seen);
+      if (!why.empty())
+        throw Error(Exit::DataErr, fmt::format("{}: symlink '{}' -> '{}' has {}", source, f.path, f.target, why));
+    }
     for (auto slash = f.path.find('/'); slash != std::string::npos; slash = f.path.find('/', slash + 1)) {
       auto it = seen.find(f.path.substr(0, slash));
       if (it != seen.end() && it->second != EntryType::Dir)
         throw Error(Exit::DataErr, fmt::format("{}: '{}' lies below the {} '{}'", source, f.path,
-                                               type_name(it->second), it->first));
+                                               entry_type_name(it->second), it->first));
     }
   }
 
@@ -361,6 +381,14 @@ Manifest parse_manifest(std::string_view text, const std::string& source) {
     if (k < f.first_frame || k >= f.first_frame + f.frame_count)
       throw Error(Exit::DataErr, fmt::format("{}: frames[{}]: not among the frames of '{}'", source, k, f.path));
   }
+  // Each stored frame has bytes of its own: one small frame may not stand for many.
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> local;
+  for (const auto& fr : m.frames)
+    if (!fr.base) local.emplace_back(fr.offset, fr.bytes);
+  std::sort(local.begin(), local.end());
+  for (std::size_t k = 1; k < local.size(); ++k)
+    if (local[k].first < local[k - 1].first + local[k - 1].second)
+      throw Error(Exit::DataErr, fmt::format("{}: two frames share archive bytes at offset {}", source, local[k].first));
   return m;
 }
 

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -35,9 +36,11 @@ inline constexpr std::uint64_t kTarBlock = 512;
 inline constexpr std::uint64_t kDefaultFrameBytes = std::uint64_t{8} << 20;
 inline constexpr std::uint64_t kMinFrameBytes = std::uint64_t{64} << 10;
 inline constexpr std::uint64_t kMaxFrameBytes = std::uint64_t{64} << 20;
-inline constexpr std::uint64_t kMaxManifestBytes = std::uint64_t{1} << 30;
+// About 700k frames (5 TiB in 8 MiB frames); parsing takes ~15x this in memory.
+inline constexpr std::uint64_t kMaxManifestBytes = std::uint64_t{128} << 20;
 
 enum class EntryType { File, Dir, Symlink };
+const char* entry_type_name(EntryType t);  // "file", "dir", "symlink"
 
 struct TensorRecord {
   std::string name;
@@ -45,6 +48,7 @@ struct TensorRecord {
   std::vector<std::uint64_t> shape;
   std::uint64_t offset = 0;  // absolute offset in the file
   std::uint64_t bytes = 0;
+  Json to_json() const;  // name, dtype, shape, offset, bytes
 };
 
 struct FileRecord {
@@ -93,15 +97,17 @@ struct Manifest {
   std::uint64_t stored_bytes() const;  // compressed bytes held in this archive
   // The index of the file with this path, if any.
   std::optional<std::size_t> find(const std::string& path) const;
-  // "model.safetensors bytes 0..8388608 (tensors a, b)" for error messages.
+  // Names of the tensors whose bytes frame `index` holds (some of).
+  std::vector<std::string> tensors_in_frame(std::uint64_t index) const;
+  // "frame 3 (model.safetensors bytes 0..8388608, tensors a, b)" for error messages.
   std::string describe_frame(std::uint64_t index) const;
 };
 
 // Parses and validates a manifest: schema (unknown major → DataErr), types, paths
 // (relative, no "..", no duplicates, no file below a file or symlink), symlink
-// targets (relative and inside the archive's root), frames (contiguous cover of
-// each file, sizes within kMaxFrameBytes, bases in range, offsets inside
-// `archive_bytes` for local frames). Throws Error(DataErr) naming `source`.
+// targets (see unsafe_symlink), bases (relative names), frames (contiguous cover of
+// each file, sizes within kMaxFrameBytes, bases in range, local frames inside
+// `archive_bytes` and not overlapping). Throws Error(DataErr) naming `source`.
 Manifest parse_manifest(std::string_view text, const std::string& source);
 
 // "0123456789abcdef" and back (DataErr on anything else).
@@ -122,8 +128,14 @@ std::optional<IndexRecord> parse_index(std::string_view text);
 // no empty, "." or ".." components, no NUL.
 bool is_safe_relative_path(const std::string& path);
 
-// Whether a symlink at `link` (a safe relative path) pointing at `target` resolves
-// inside the root: a relative target whose ".." parts never climb above it.
-bool symlink_stays_inside(const std::string& link, const std::string& target);
+// Why a symlink at `link` (a safe relative path) pointing at `target` is unsafe to
+// create under a root, or "" when it is safe: the target must be relative, its ".."
+// parts must never climb above the root, and it must not pass through another
+// symlink among `entries` (whose own target could move the walk anywhere).
+std::string unsafe_symlink(const std::string& link, const std::string& target,
+                           const std::map<std::string, EntryType>& entries);
+
+// "a/b/c" → {"a", "b", "c"} (empty parts kept).
+std::vector<std::string> split_path(const std::string& path);
 
 }  // namespace rkit::rckpt

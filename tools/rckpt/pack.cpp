@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <exception>
 #include <filesystem>
 #include <mutex>
@@ -25,6 +26,7 @@
 #include "parallel.hpp"
 #include "rkit/atomic_file.hpp"
 #include "rkit/error.hpp"
+#include "rkit/file.hpp"
 #include "rkit/interrupt.hpp"
 #include "rkit/progress.hpp"
 #include "rkit/safetensors.hpp"
@@ -43,20 +45,31 @@ constexpr std::uint64_t kChunkBytes = std::uint64_t{256} << 10;
 // Tensors smaller than frame_bytes / kSmallTensorDivisor share frames.
 constexpr std::uint64_t kSmallTensorDivisor = 8;
 
-struct InputEntry {
-  FileRecord record;
-  dev_t dev = 0;
-  ino_t ino = 0;
-};
-
 struct Identity {
   dev_t dev;
   ino_t ino;
+  bool operator==(const Identity&) const = default;
 };
 
+// What the walk saw of an entry; a file must still be this when its frames are read.
+struct InputEntry {
+  FileRecord record;
+  Identity id{};
+  std::int64_t ctime_ns = 0;
+};
+
+std::int64_t ns(const timespec& t) { return std::int64_t{t.tv_sec} * 1'000'000'000 + t.tv_nsec; }
+
+// Whether `st` is still the file the walk saw (same inode, size and times).
+bool unchanged(const InputEntry& e, const struct stat& st) {
+  return Identity{st.st_dev, st.st_ino} == e.id && static_cast<std::uint64_t>(st.st_size) == e.record.bytes &&
+         ns(st.st_mtim) == e.record.mtime_ns && ns(st.st_ctim) == e.ctime_ns;
+}
+
 // Every entry below `root`, depth first, names in byte order; symlinks are not followed.
+// `ancestors`: the directories above (to refuse symlink loops under --dereference).
 void walk(const std::string& root, const std::string& rel, const std::vector<Identity>& skip,
-          std::vector<InputEntry>& out, const PackOptions& opt) {
+          std::vector<Identity>& ancestors, std::vector<InputEntry>& out, const PackOptions& opt) {
   std::string dir_path = rel.empty() ? root : root + "/" + rel;
   DIR* dir = ::opendir(dir_path.c_str());
   if (!dir) throw system_error("open directory " + dir_path, errno);
@@ -75,16 +88,23 @@ void walk(const std::string& root, const std::string& rel, const std::vector<Ide
     std::string full = root + "/" + path;
     struct stat st{};
     if (::lstat(full.c_str(), &st) != 0) throw system_error("stat " + full, errno);
-    bool skipped = std::any_of(skip.begin(), skip.end(),
-                               [&](const Identity& id) { return id.dev == st.st_dev && id.ino == st.st_ino; });
-    if (skipped) continue;
+    if (opt.dereference && S_ISLNK(st.st_mode) && ::stat(full.c_str(), &st) != 0) {
+      opt.warn(full + ": a symlink to nothing (" + std::strerror(errno) + "); skipped");
+      continue;
+    }
+    Identity id{st.st_dev, st.st_ino};
+    if (std::find(skip.begin(), skip.end(), id) != skip.end()) continue;
+    if (S_ISDIR(st.st_mode) && std::find(ancestors.begin(), ancestors.end(), id) != ancestors.end()) {
+      opt.warn(full + ": a symlink loop back to a directory above it; skipped");
+      continue;
+    }
     InputEntry e;
-    e.dev = st.st_dev;
-    e.ino = st.st_ino;
+    e.id = id;
+    e.ctime_ns = ns(st.st_ctim);
     FileRecord& r = e.record;
     r.path = path;
     r.mode = st.st_mode & 07777;
-    r.mtime_ns = std::int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec;
+    r.mtime_ns = ns(st.st_mtim);
     if (S_ISREG(st.st_mode)) {
       r.type = EntryType::File;
       r.bytes = static_cast<std::uint64_t>(st.st_size);
@@ -97,10 +117,6 @@ void walk(const std::string& root, const std::string& rel, const std::vector<Ide
       if (n < 0) throw system_error("read link " + full, errno);
       target.resize(static_cast<std::size_t>(n));
       r.target = std::move(target);
-      if (!symlink_stays_inside(r.path, r.target)) {
-        opt.warn(full + " -> " + r.target + ": the link leaves the checkpoint (unpack would refuse it); skipped");
-        continue;
-      }
     } else {
       opt.warn(full + ": not a file, directory or symlink; skipped");
       continue;
@@ -108,7 +124,11 @@ void walk(const std::string& root, const std::string& rel, const std::vector<Ide
     if (!is_safe_relative_path(r.path)) throw Error(Exit::DataErr, full + ": a name that cannot be stored");
     bool is_dir = r.type == EntryType::Dir;
     out.push_back(std::move(e));
-    if (is_dir) walk(root, path, skip, out, opt);
+    if (is_dir) {
+      ancestors.push_back(id);
+      walk(root, path, skip, ancestors, out, opt);
+      ancestors.pop_back();
+    }
   }
 }
 
@@ -140,12 +160,6 @@ std::string relative_to(const std::string& path, const std::string& dir) {
   return rel.empty() ? fs::absolute(path).string() : rel.string();
 }
 
-std::string dir_of(const std::string& path) {
-  auto slash = path.rfind('/');
-  if (slash == std::string::npos) return ".";
-  return slash == 0 ? "/" : path.substr(0, slash);
-}
-
 // A ustar archive written through libarchive to a byte sink that counts offsets.
 class TarWriter {
  public:
@@ -160,7 +174,12 @@ class TarWriter {
     check(archive_write_set_bytes_in_last_block(a_, 1));
     check(archive_write_open(a_, this, nullptr, &TarWriter::write_cb, nullptr));
   }
-  ~TarWriter() { archive_write_free(a_); }
+  // Unless close() finished the archive, no end-of-archive marker is written: a reader
+  // of a cut stream must not take it for a whole tar.
+  ~TarWriter() {
+    if (!closed_) archive_write_fail(a_);
+    archive_write_free(a_);
+  }
   TarWriter(const TarWriter&) = delete;
   TarWriter& operator=(const TarWriter&) = delete;
 
@@ -186,7 +205,10 @@ class TarWriter {
     check(archive_write_finish_entry(a_));
     return offset;
   }
-  void close() { check(archive_write_close(a_)); }
+  void close() {
+    check(archive_write_close(a_));
+    closed_ = true;
+  }
   std::uint64_t written() const { return written_; }
 
  private:
@@ -212,6 +234,7 @@ class TarWriter {
   archive* a_;
   std::uint64_t written_ = 0;
   std::exception_ptr error_;
+  bool closed_ = false;
 };
 
 // The destination: an AtomicFile, or stdout.
@@ -241,9 +264,11 @@ class Output {
   void commit() {
     if (file_) file_->commit();
   }
-  std::optional<Identity> temp_identity() const {
+  // The file being written (the temporary, or stdout redirected to a file), so that
+  // a pack into the directory it reads does not pack itself.
+  std::optional<Identity> identity() const {
     struct stat st{};
-    if (!file_ || ::fstat(file_->fd(), &st) != 0) return std::nullopt;
+    if (::fstat(file_ ? file_->fd() : STDOUT_FILENO, &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
     return Identity{st.st_dev, st.st_ino};
   }
 
@@ -278,6 +303,10 @@ class BufferPool {
   std::vector<std::vector<std::byte>> free_;
 };
 
+Error changed(const std::string& path) {
+  return Error(Exit::IoErr, path + ": changed while being packed", "pack a checkpoint once it is written");
+}
+
 }  // namespace
 
 unsigned usable_cores() {
@@ -299,7 +328,7 @@ unsigned pack_threads(unsigned requested, std::uint64_t frame_bytes, int level) 
   std::uint64_t context = ZSTD_estimateCCtxSize_usingCParams(params);
   std::uint64_t bound = ZSTD_compressBound(frame_bytes);
   // Each worker: raw + shuffled copies and a zstd context; each result in flight: one compressed copy.
-  std::uint64_t per_worker = 2 * frame_bytes + context + bound;
+  std::uint64_t per_worker = 2 * frame_bytes + 2 * context + bound;  // two contexts: plain and tensor
   std::uint64_t fit = kMemoryBudget > 2 * bound ? (kMemoryBudget - 2 * bound) / per_worker : 1;
   return static_cast<unsigned>(std::clamp<std::uint64_t>(fit, 1, threads));
 }
@@ -391,7 +420,7 @@ PackResult pack_checkpoint(const PackOptions& opt) {
       opt.warn(std::string(e.what()) + "; only frames stored in " + *opt.base + " are reused");
       bases_ok = false;
     }
-    std::string out_dir = opt.output == "-" ? "." : dir_of(opt.output);
+    std::string out_dir = opt.output == "-" ? "." : parent_dir(opt.output);
     m.bases.push_back({relative_to(*opt.base, out_dir), bm.archive_xxh3});
     for (std::size_t j = 0; j < bm.bases.size(); ++j)
       m.bases.push_back({relative_to(base->base_path(j), out_dir), bm.bases[j].archive_xxh3});
@@ -402,17 +431,42 @@ PackResult pack_checkpoint(const PackOptions& opt) {
     }
   }
 
+  // The archive must not replace one it builds on: its frames would be gone.
+  struct stat out_st{};
+  bool output_exists = opt.output != "-" && ::stat(opt.output.c_str(), &out_st) == 0;
+  if (base && output_exists) {
+    std::vector<const Archive*> needed = {&*base};
+    for (const auto& b : base->bases()) needed.push_back(&b);
+    for (const Archive* a : needed) {
+      struct stat st{};
+      if (::fstat(a->fd(), &st) == 0 && st.st_dev == out_st.st_dev && st.st_ino == out_st.st_ino)
+        throw Error(Exit::Usage, opt.output + ": would replace " + a->path() + ", which the new archive needs",
+                    "write the incremental archive under a new name");
+    }
+  }
+
   Output out(opt.output);
   std::vector<Identity> skip;
-  if (auto id = out.temp_identity()) skip.push_back(*id);
-  struct stat out_st{};
-  if (opt.output != "-" && ::stat(opt.output.c_str(), &out_st) == 0) skip.push_back({out_st.st_dev, out_st.st_ino});
+  if (auto id = out.identity()) skip.push_back(*id);
+  if (output_exists) skip.push_back({out_st.st_dev, out_st.st_ino});
   std::vector<InputEntry> inputs;
-  walk(opt.dir, "", skip, inputs, opt);
+  std::vector<Identity> ancestors = {{root_st.st_dev, root_st.st_ino}};
+  walk(opt.dir, "", skip, ancestors, inputs, opt);
+  // Links that unpack would refuse (absolute, leaving the checkpoint, through other links).
+  std::map<std::string, EntryType> kinds;
+  for (const auto& in : inputs) kinds.emplace(in.record.path, in.record.type);
+  std::erase_if(inputs, [&](const InputEntry& in) {
+    if (in.record.type != EntryType::Symlink) return false;
+    std::string why = unsafe_symlink(in.record.path, in.record.target, kinds);
+    if (!why.empty())
+      opt.warn(fmt::format("{}/{} -> {}: a link with {} (unpack would refuse it); skipped", opt.dir, in.record.path,
+                           in.record.target, why));
+    return !why.empty();
+  });
 
   // Plan every frame.
   struct Task {
-    std::uint64_t file;
+    std::uint64_t file;  // index into m.files and inputs
     FramePlan plan;
   };
   std::vector<Task> tasks;
@@ -465,7 +519,7 @@ PackResult pack_checkpoint(const PackOptions& opt) {
         const Task& task = tasks[i];
         const FileRecord& file = m.files[task.file];
         std::string full = opt.dir + "/" + file.path;
-        int fd = ::open(full.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        int fd = ::open(full.c_str(), O_RDONLY | O_CLOEXEC | (opt.dereference ? 0 : O_NOFOLLOW));
         if (fd < 0) throw system_error("open " + full, errno);
         struct stat st{};
         int rc = ::fstat(fd, &st);
@@ -485,7 +539,7 @@ PackResult pack_checkpoint(const PackOptions& opt) {
             std::uint64_t chunk = kChunkBytes - kChunkBytes % plan.shuffle;
             for (std::uint64_t at = 0; at < plan.raw_bytes; at += chunk) {
               std::size_t want = static_cast<std::size_t>(std::min(chunk, plan.raw_bytes - at));
-              std::size_t n = read_at(fd, piece.data(), want, plan.raw_offset + at, full);
+              std::size_t n = pread_full(fd, piece.data(), want, plan.raw_offset + at, full);
               got += n;
               if (n != want) break;
               XXH3_64bits_update(state, piece.data(), n);
@@ -495,7 +549,7 @@ PackResult pack_checkpoint(const PackOptions& opt) {
             e.hash = XXH3_64bits_digest(state);
           } else {
             if (buf.size() < plan.raw_bytes) buf.resize(plan.raw_bytes);
-            got = read_at(fd, buf.data(), plan.raw_bytes, plan.raw_offset, full);
+            got = pread_full(fd, buf.data(), plan.raw_bytes, plan.raw_offset, full);
             e.hash = xxh3({buf.data(), got});
           }
         } catch (...) {
@@ -503,8 +557,7 @@ PackResult pack_checkpoint(const PackOptions& opt) {
           throw;
         }
         ::close(fd);
-        if (got != plan.raw_bytes || static_cast<std::uint64_t>(st.st_size) != file.bytes)
-          throw Error(Exit::IoErr, full + ": changed size while being packed", "pack a checkpoint once it is written");
+        if (got != plan.raw_bytes || !unchanged(inputs[task.file], st)) throw changed(full);
         if (auto it = base_frames.find(e.hash); it != base_frames.end() && it->second.raw_bytes == plan.raw_bytes) {
           e.hit = &it->second;
           return e;
@@ -539,6 +592,14 @@ PackResult pack_checkpoint(const PackOptions& opt) {
         bar.update(done_bytes);
       });
   check_interrupted();
+  // A file rewritten after its last frame was read would make a torn checkpoint.
+  for (const auto& in : inputs) {
+    if (in.record.type != EntryType::File) continue;
+    std::string full = opt.dir + "/" + in.record.path;
+    struct stat st{};
+    if ((opt.dereference ? ::stat(full.c_str(), &st) : ::lstat(full.c_str(), &st)) != 0 || !unchanged(in, st))
+      throw changed(full);
+  }
 
   // Only the bases some frame lives in are kept, renumbered.
   std::vector<std::uint32_t> renumber(m.bases.size());

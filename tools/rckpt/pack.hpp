@@ -33,6 +33,7 @@ struct PackOptions {
   int level = 1;
   std::uint64_t frame_bytes = kDefaultFrameBytes;
   bool shuffle = true;
+  bool dereference = false;  // store what symlinks point at, not the links
   std::optional<std::string> base;
   bool progress = false;
   std::function<void(const std::string&)> warn = [](const std::string&) {};

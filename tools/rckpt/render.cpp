@@ -80,40 +80,38 @@ std::string verify_line(const VerifyReport& r) {
 }
 
 Json file_json(const std::string& archive, const Manifest& m, const FileRecord& f) {
-  static const char* kTypes[] = {"file", "dir", "symlink"};
+  bool file = f.type == EntryType::File;
+  std::uint64_t stored = 0, base = 0;
+  for (std::uint64_t k = f.first_frame; file && k < f.first_frame + f.frame_count; ++k) {
+    if (m.frames[k].base) ++base;
+    else stored += m.frames[k].bytes;
+  }
+  auto if_file = [&](std::uint64_t v) { return file ? Json(v) : Json(nullptr); };
   Json j;
   j["schema"] = "rkit.ckpt.file.v1";
   j["archive"] = archive;
   j["path"] = f.path;
-  j["type"] = kTypes[static_cast<int>(f.type)];
+  j["type"] = entry_type_name(f.type);
   j["mode"] = f.mode;
-  j["bytes"] = f.type == EntryType::File ? Json(f.bytes) : Json(nullptr);
-  if (f.type == EntryType::File) {
-    std::uint64_t stored = 0, base = 0;
-    for (std::uint64_t k = f.first_frame; k < f.first_frame + f.frame_count; ++k) {
-      if (m.frames[k].base) ++base;
-      else stored += m.frames[k].bytes;
-    }
-    j["stored_bytes"] = stored;
-    j["frames"] = f.frame_count;
-    j["base_frames"] = base;
-  } else {
-    j["stored_bytes"] = j["frames"] = j["base_frames"] = nullptr;
-  }
+  j["bytes"] = if_file(f.bytes);
+  j["stored_bytes"] = if_file(stored);
+  j["frames"] = if_file(f.frame_count);
+  j["base_frames"] = if_file(base);
   j["target"] = f.type == EntryType::Symlink ? Json(f.target) : Json(nullptr);
+  j["tensors"] = nullptr;
   if (f.safetensors) {
     j["tensors"] = Json::array();
-    for (const auto& t : f.tensors)
-      j["tensors"].push_back({{"name", t.name}, {"dtype", t.dtype}, {"shape", t.shape}, {"offset", t.offset}, {"bytes", t.bytes}});
-  } else {
-    j["tensors"] = nullptr;
+    for (const auto& t : f.tensors) j["tensors"].push_back(t.to_json());
   }
   return j;
 }
 
 Json tensor_json(const std::string& archive, const FileRecord& f, const TensorRecord& t) {
-  return Json{{"schema", "rkit.ckpt.tensor.v1"}, {"archive", archive}, {"file", f.path}, {"tensor", t.name},
-              {"dtype", t.dtype}, {"shape", t.shape}, {"offset", t.offset}, {"bytes", t.bytes}};
+  Json j = {{"schema", "rkit.ckpt.tensor.v1"}, {"archive", archive}, {"file", f.path}, {"tensor", t.name}};
+  Json fields = t.to_json();
+  for (auto& [key, value] : fields.items())
+    if (key != "name") j[key] = value;
+  return j;
 }
 
 }  // namespace rkit::rckpt

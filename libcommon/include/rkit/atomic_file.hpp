@@ -13,7 +13,7 @@
 // Errors throw rkit::Error with the exit code of the errno (74 I/O, 77 permission,
 // 66 missing directory); ENOSPC leaves the old file untouched. The temporary is
 // flock()ed while open, so a cleaner can tell a live writer's file from the leftover
-// of a killed one (see is_abandoned_temp).
+// of a killed one (see remove_if_abandoned).
 #pragma once
 
 #include <string>
@@ -47,9 +47,9 @@ class AtomicFile {
 
 // Whether `name` is an AtomicFile temporary (".<name>.tmp.XXXXXX").
 bool is_atomic_temp_name(std::string_view name);
-// True when `path` is a temporary that no live AtomicFile holds (its writer was
-// killed): safe to remove. False when it is held, or cannot be opened.
-bool is_abandoned_temp(const std::string& path);
+// Removes `path` when no live AtomicFile holds it (its writer was killed) and returns
+// true; returns false when it is held or cannot be opened or removed.
+bool remove_if_abandoned(const std::string& path);
 
 // Writes `data` to `path` atomically (see above).
 void atomic_write_file(const std::string& path, std::string_view data, mode_t mode = 0644);

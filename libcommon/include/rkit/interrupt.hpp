@@ -17,7 +17,7 @@ namespace rkit {
 class InterruptGuard {
  public:
   InterruptGuard();   // installs the handlers
-  ~InterruptGuard();  // restores the previous ones
+  ~InterruptGuard();  // restores the previous ones and forgets the signal
   InterruptGuard(const InterruptGuard&) = delete;
   InterruptGuard& operator=(const InterruptGuard&) = delete;
   // If a signal arrived: restores its default action and raises it (does not return).
