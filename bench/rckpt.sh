@@ -12,7 +12,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 rckpt=$RKIT_BUILD_DIR/tools/rckpt/rckpt
 [[ -x $rckpt ]] || { echo "rckpt.sh: $rckpt is not built" >&2; exit 1; }
-RUNS=${RKIT_BENCH_RUNS:-5}
+RUNS=${RKIT_BENCH_RUNS:-10}
 GiB=$((1 << 30))
 
 free_bytes() { df -B1 --output=avail "$1" 2>/dev/null | tail -1 | tr -d ' '; }

@@ -109,6 +109,29 @@ TEST(FrameCodec, ShuffleRoundTripsForEveryElementSize) {
   }
 }
 
+TEST(FrameCodec, ShuffleMatchesTheDefinitionAtEveryLength) {
+  // The specification: plane j holds byte j of every element, in element order.
+  for (std::size_t size : {2, 4, 8}) {
+    for (std::size_t n : {0, 1, 15, 16, 17, 31, 33, 64, 1000, 1037}) {
+      auto raw = random_bytes(n * size, static_cast<unsigned>(n + size));
+      std::vector<std::byte> want(raw.size()), got(raw.size()), back(raw.size());
+      for (std::size_t i = 0; i < n; ++i)
+        for (std::size_t j = 0; j < size; ++j) want[j * n + i] = raw[i * size + j];
+      shuffle_bytes(raw, size, got.data());
+      EXPECT_EQ(got, want) << size << " x " << n;
+      unshuffle_bytes(got, size, back.data());
+      EXPECT_EQ(back, raw) << size << " x " << n;
+      // The same, a slice at a time, as pack does while reading.
+      std::vector<std::byte> pieces(raw.size());
+      for (std::size_t first = 0; first < n; first += 23) {
+        std::size_t count = std::min<std::size_t>(23, n - first);
+        shuffle_bytes_into(std::span(raw).subspan(first * size, count * size), size, pieces.data(), n, first);
+      }
+      EXPECT_EQ(pieces, want) << size << " x " << n;
+    }
+  }
+}
+
 TEST(FrameCodec, EncodeDecodeRoundTrip) {
   auto raw = random_bytes(100000, 2);
   FrameEncoder enc(3);
