@@ -40,6 +40,8 @@ for group in "${groups[@]}"; do
 done
 
 missing=()
+# A package several groups want is installed (and named) once.
+mapfile -t wanted < <(printf '%s\n' "${wanted[@]}" | awk '!seen[$0]++')
 for pkg in "${wanted[@]}"; do
   status=$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)
   [[ "$status" == "install ok installed" ]] || missing+=("$pkg")

@@ -13,7 +13,6 @@
 #include <chrono>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <random>
 #include <set>
 #include <thread>
@@ -68,11 +67,6 @@ std::string parent_of(const std::string& rel) {
   return slash == std::string::npos ? "" : rel.substr(0, slash);
 }
 
-std::string name_of(const std::string& rel) {
-  auto slash = rel.rfind('/');
-  return slash == std::string::npos ? rel : rel.substr(slash + 1);
-}
-
 mode_t current_umask() {
   mode_t mask = ::umask(0);
   ::umask(mask);
@@ -80,15 +74,14 @@ mode_t current_umask() {
 }
 
 // The files being unpacked: opened on first use under temporary names, renamed when
-// their last frame is written, removed if unpacking fails. Thread-safe.
+// their last frame is written, removed if unpacking fails. Used by the writing thread only.
 class OutputFiles {
  public:
   OutputFiles(int root, std::string shown_root, const Manifest& m)
       : root_(root), shown_(std::move(shown_root)), m_(m), umask_(current_umask()) {}
 
-  // The descriptor to write file `index` into (thread-safe).
+  // The descriptor to write file `index` into.
   int fd(std::uint64_t index) {
-    std::lock_guard lock(mu_);
     auto& slot = open_[index];
     if (!slot) {
       const FileRecord& r = m_.files[index];
@@ -106,26 +99,18 @@ class OutputFiles {
 
   // Call when one frame of `index` is written; the last one puts the file in place.
   void frame_done(std::uint64_t index) {
-    std::unique_ptr<Open> f;
-    {
-      std::lock_guard lock(mu_);
-      auto& slot = open_[index];
-      if (--slot->remaining > 0) return;
-      f = std::move(slot);
-      open_.erase(index);
-    }
+    auto& slot = open_[index];
+    if (--slot->remaining > 0) return;
+    std::unique_ptr<Open> f = std::move(slot);
+    open_.erase(index);
     finish(index, *f);
   }
 
   // An empty file, created at once.
   void create_empty(std::uint64_t index) {
     fd(index);
-    std::unique_ptr<Open> f;
-    {
-      std::lock_guard lock(mu_);
-      f = std::move(open_[index]);
-      open_.erase(index);
-    }
+    std::unique_ptr<Open> f = std::move(open_[index]);
+    open_.erase(index);
     finish(index, *f);
   }
 
@@ -149,10 +134,9 @@ class OutputFiles {
     timespec times[2] = {{0, UTIME_OMIT}, {r.mtime_ns / 1'000'000'000, r.mtime_ns % 1'000'000'000}};
     if (r.mtime_ns >= 0 && ::futimens(f.file.get(), times) != 0) throw system_error("set times of " + shown, errno);
     if (::fsync(f.file.get()) != 0) throw system_error("fsync " + shown, errno);
-    if (::renameat(f.dir.get(), f.temp.c_str(), f.dir.get(), name_of(r.path).c_str()) != 0)
+    if (::renameat(f.dir.get(), f.temp.c_str(), f.dir.get(), base_name(r.path).c_str()) != 0)
       throw system_error("rename into " + shown, errno);
     f.temp.clear();
-    std::lock_guard lock(mu_);
     dirs_.insert(parent_of(r.path));
   }
 
@@ -160,7 +144,6 @@ class OutputFiles {
   std::string shown_;
   const Manifest& m_;
   mode_t umask_;
-  std::mutex mu_;
   std::map<std::uint64_t, std::unique_ptr<Open>> open_;
   std::set<std::string> dirs_;
 };
@@ -273,8 +256,7 @@ UnpackResult unpack_checkpoint(const UnpackOptions& opt) {
   std::uint64_t done_bytes = 0;
   // Workers decode; this thread writes, in order. Concurrent writes into one file
   // serialise on its inode lock (and spin there), so one writer is faster.
-  std::vector<std::vector<std::byte>> spare;
-  std::mutex spare_mu;
+  BufferPool spare;
   ordered_parallel<std::vector<std::byte>>(
       frames.size(), threads, threads + 1,
       [&](std::size_t k, unsigned worker) {
@@ -285,15 +267,7 @@ UnpackResult unpack_checkpoint(const UnpackOptions& opt) {
         } catch (const FrameError& e) {
           throw a.corrupt_frame(i, e);
         }
-        std::vector<std::byte> next;
-        {
-          std::lock_guard lock(spare_mu);
-          if (!spare.empty()) {
-            next = std::move(spare.back());
-            spare.pop_back();
-          }
-        }
-        return std::exchange(d.raw, std::move(next));
+        return std::exchange(d.raw, spare.take());
       },
       [&](std::size_t k, std::vector<std::byte>&& raw) {
         check_interrupted();
@@ -309,10 +283,7 @@ UnpackResult unpack_checkpoint(const UnpackOptions& opt) {
           done += static_cast<std::size_t>(w);
         }
         out.frame_done(fr.file);
-        {
-          std::lock_guard lock(spare_mu);
-          spare.push_back(std::move(raw));
-        }
+        spare.give(std::move(raw));
         done_bytes += fr.raw_bytes;
         bar.update(done_bytes);
       });
@@ -326,7 +297,7 @@ UnpackResult unpack_checkpoint(const UnpackOptions& opt) {
     std::string temp = temp_name(".rkpt-link", i);
     if (::symlinkat(f.target.c_str(), dir.get(), temp.c_str()) != 0)
       throw system_error("create symlink " + opt.dir + "/" + f.path, errno);
-    if (::renameat(dir.get(), temp.c_str(), dir.get(), name_of(f.path).c_str()) != 0) {
+    if (::renameat(dir.get(), temp.c_str(), dir.get(), base_name(f.path).c_str()) != 0) {
       int err = errno;
       ::unlinkat(dir.get(), temp.c_str(), 0);
       throw system_error("rename into " + opt.dir + "/" + f.path, err);

@@ -283,26 +283,6 @@ struct Encoded {
   const BaseFrame* hit = nullptr;
 };
 
-// Reusable compressed-frame buffers: allocating 8 MiB per frame would fault in fresh pages every time.
-class BufferPool {
- public:
-  std::vector<std::byte> take() {
-    std::lock_guard lock(mu_);
-    if (free_.empty()) return {};
-    auto b = std::move(free_.back());
-    free_.pop_back();
-    return b;
-  }
-  void give(std::vector<std::byte>&& b) {
-    std::lock_guard lock(mu_);
-    free_.push_back(std::move(b));
-  }
-
- private:
-  std::mutex mu_;
-  std::vector<std::vector<std::byte>> free_;
-};
-
 Error changed(const std::string& path) {
   return Error(Exit::IoErr, path + ": changed while being packed", "pack a checkpoint once it is written");
 }

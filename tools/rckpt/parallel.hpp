@@ -24,6 +24,27 @@
 
 namespace rkit::rckpt {
 
+// Byte buffers handed from workers to the consumer and back, so that frame-sized
+// buffers are reused instead of faulted in afresh for every frame. Thread-safe.
+class BufferPool {
+ public:
+  std::vector<std::byte> take() {
+    std::lock_guard lock(mu_);
+    if (free_.empty()) return {};
+    auto b = std::move(free_.back());
+    free_.pop_back();
+    return b;
+  }
+  void give(std::vector<std::byte>&& b) {
+    std::lock_guard lock(mu_);
+    free_.push_back(std::move(b));
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::vector<std::byte>> free_;
+};
+
 template <class Result, class Work, class Consume>
 void ordered_parallel(std::size_t count, unsigned threads, std::size_t window, Work&& work, Consume&& consume) {
   if (count == 0) return;
