@@ -12,6 +12,7 @@ build=(
   libcli11-dev libfmt-dev libtomlplusplus-dev nlohmann-json3-dev
   libhwloc-dev
   libzstd-dev libarchive-dev libxxhash-dev
+  libopenblas-dev
 )
 tests=(
   libgtest-dev googletest

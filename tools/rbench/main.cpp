@@ -1,0 +1,174 @@
+// rbench: hardware benchmarks for ML training, each checked and judged against its peak.
+#include <fmt/format.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <iostream>
+#include <set>
+
+#include "compare.hpp"
+#include "record.hpp"
+#include "rkit/atomic_file.hpp"
+#include "rkit/cli.hpp"
+#include "rkit/error.hpp"
+#include "rkit/interrupt.hpp"
+#include "rkit/units.hpp"
+#include "suite.hpp"
+
+namespace {
+
+using namespace rkit;
+using namespace rkit::rbench;
+
+// Suites named on the command line: exact names, or a prefix before a dot ("cpu" is
+// every cpu.* suite). None named: all of them.
+std::vector<Suite*> select_suites(const std::vector<std::string>& names) {
+  std::vector<Suite*> all = suites(), out;
+  if (names.empty()) return all;
+  for (const auto& name : names) {
+    bool found = false;
+    for (Suite* s : all)
+      if (s->name() == name || s->name().rfind(name + ".", 0) == 0) {
+        if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
+        found = true;
+      }
+    if (!found) {
+      std::string known;
+      for (Suite* s : all) known += (known.empty() ? "" : ", ") + s->name();
+      usage_error(fmt::format("unknown suite '{}' (known: {})", name, known));
+    }
+  }
+  return out;
+}
+
+std::string cell_number(const Json& v) { return v.is_number() ? fmt::format("{:.4g}", v.get<double>()) : "-"; }
+
+std::string params_cell(const Json& p) {
+  std::string out;
+  for (auto& [k, v] : p.items()) out += (out.empty() ? "" : " ") + k + "=" + Printer::cell(v, "-");
+  return out;
+}
+
+std::vector<Column> result_columns() {
+  return {{"SUITE", "suite"},
+          {"METRIC", "metric"},
+          {"PARAMS", "params", params_cell},
+          {"MEDIAN", "median", cell_number},
+          {"UNIT", "unit"},
+          {"CV", "cv", [](const Json& v) { return v.is_number() ? fmt::format("{:.1f}%", 100 * v.get<double>()) : "-"; }},
+          {"PEAK", "peak_fraction",
+           [](const Json& v) { return v.is_number() ? fmt::format("{:.0f}%", 100 * v.get<double>()) : "-"; }},
+          {"CHECK", "correct", [](const Json& v) { return v.get<bool>() ? "ok" : "WRONG"; }}};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  InterruptGuard interrupts;
+  Tool tool("rbench", "Benchmark the hardware ML training runs on, with checked results and peak fractions");
+
+  auto* list_cmd = tool.add_subcommand("list", "List the suites and whether each can run here");
+
+  auto* run_cmd = tool.add_subcommand("run", "Run suites (all when none is named) and print rkit.bench.v1 records");
+  std::vector<std::string> names;
+  RunOptions opt;
+  int reps = 0, warmup = -1;
+  std::string output;
+  run_cmd->add_option("suite", names, "Suites to run: a name (cpu.stream) or a prefix (cpu)")->type_name("SUITE");
+  run_cmd->add_flag("--quick", opt.quick, "Smaller sizes and 3 repetitions: every CPU suite within a minute");
+  run_cmd->add_option("--reps", reps, "Timed repetitions per metric (default 5; 3 with --quick)")->type_name("N");
+  run_cmd->add_option("--warmup", warmup, "Untimed runs first (default 1)")->type_name("N");
+  run_cmd->add_option("--threads", opt.threads, "Threads for CPU suites (default: all cores)")->type_name("N");
+  run_cmd->add_option("--dir", opt.dir, "Directory for I/O suites (default: $TMPDIR or /tmp)")->type_name("DIR");
+  run_cmd->add_option("-o,--output", output, "Also write the records to FILE (JSON Lines, atomically)")->type_name("FILE");
+
+  auto* compare_cmd = tool.add_subcommand("compare", "Compare two result files metric by metric; exit 1 on a real regression");
+  std::string base_file, new_file;
+  double fail_below = 0.95;
+  compare_cmd->add_option("base", base_file, "Earlier results (JSON Lines; - for stdin)")->required()->type_name("BASE_FILE");
+  compare_cmd->add_option("new", new_file, "Later results (JSON Lines)")->required()->type_name("NEW_FILE");
+  compare_cmd->add_option("--fail-below", fail_below, "A ratio under this (default 0.95) is a regression when it is real")
+      ->type_name("RATIO");
+
+  int rc = tool.run(argc, argv, [&]() -> int {
+    if (tool.app().get_subcommands().empty()) usage_error("a subcommand is required (see --help)");
+    const CommonOptions& common = tool.options();
+    if (*list_cmd) {
+      Printer out(std::cout, common.format(),
+                  {{"SUITE", "suite"},
+                   {"AVAILABLE", "available", [](const Json& v) { return v.get<bool>() ? "yes" : "no"; }},
+                   {"DESCRIPTION", "description"},
+                   {"REASON", "reason"}});
+      for (Suite* s : suites()) {
+        std::string why = s->unavailable();
+        out.print(Json{{"schema", "rkit.bench.suite.v1"},
+                       {"suite", s->name()},
+                       {"available", why.empty()},
+                       {"reason", why.empty() ? Json(nullptr) : Json(why)},
+                       {"description", s->description()}});
+      }
+      out.finish();
+      return 0;
+    }
+    if (*compare_cmd) {
+      if (!(fail_below > 0 && fail_below <= 1)) usage_error("--fail-below must be in (0, 1]");
+      std::vector<Json> base = read_bench_records(base_file);  // base first: errors name it first
+      std::vector<Json> fresh = read_bench_records(new_file);
+      auto rows = compare_runs(base, fresh, fail_below);
+      if (std::none_of(rows.begin(), rows.end(), [](const Comparison& c) { return c.ratio.has_value(); }))
+        throw Error(Exit::DataErr, fmt::format("{} and {} have no measurement in common", base_file, new_file),
+                    "compare runs of the same suites and sizes (--quick runs use other sizes)");
+      Printer out(std::cout, common.format(),
+                  {{"SUITE", "suite"}, {"METRIC", "metric"}, {"PARAMS", "params", params_cell},
+                   {"BASE", "base_median", cell_number}, {"NEW", "new_median", cell_number}, {"UNIT", "unit"},
+                   {"RATIO", "ratio", cell_number}, {"P", "p_value", cell_number}, {"VERDICT", "verdict"}});
+      bool regressed = false;
+      for (const auto& c : rows) {
+        out.print(c.to_json());
+        regressed |= c.verdict == "regression";
+      }
+      out.finish();
+      return regressed ? 1 : 0;
+    }
+    // run
+    if (reps < 0 || (run_cmd->count("--warmup") && warmup < 0)) usage_error("--reps and --warmup must not be negative");
+    opt.reps = reps > 0 ? reps : opt.quick ? 3 : 5;
+    opt.warmup = warmup >= 0 ? warmup : 1;
+    std::vector<Suite*> chosen = select_suites(names);
+    std::vector<Suite*> runnable;
+    for (Suite* s : chosen) {
+      std::string why = s->unavailable();
+      if (why.empty()) runnable.push_back(s);
+      else if (!common.quiet) std::cerr << "rbench: " << s->name() << " is unavailable: " << why << '\n';
+    }
+    if (runnable.empty()) throw Error(Exit::Unavailable, "none of the suites asked for can run here", "rbench list says why");
+    std::optional<AtomicFile> file;
+    if (!output.empty()) {
+      struct stat st{};
+      if (::stat(output.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+        throw Error(Exit::IoErr, "cannot write results to " + output + ": it is a directory");
+      file.emplace(output);
+    }
+    Progress progress = [&](const std::string& line) {
+      if (!common.quiet) std::cerr << "rbench: " << line << '\n';
+    };
+    Json host = host_fingerprint();
+    Printer out(std::cout, common.format(), result_columns());
+    bool all_correct = true;
+    for (Suite* s : runnable) {
+      check_interrupted();
+      for (const Measurement& m : s->run(opt, progress)) {
+        Json rec = bench_record(*s, m, opt, host);
+        out.print(rec);
+        if (file) file->write(to_json_line(rec) + "\n");
+        if (!m.correct) std::cerr << "rbench: warning: " << s->name() << " " << m.metric << " failed its check: " << m.check << '\n';
+        all_correct &= m.correct;
+      }
+    }
+    out.finish();
+    if (file) file->commit();
+    return all_correct ? 0 : 1;
+  });
+  interrupts.reraise();
+  return rc;
+}

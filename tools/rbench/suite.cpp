@@ -1,0 +1,54 @@
+#include "suite.hpp"
+
+#include "rkit/interrupt.hpp"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <thread>
+
+namespace rkit::rbench {
+namespace {
+
+std::vector<std::unique_ptr<Suite>>& storage() {
+  static std::vector<std::unique_ptr<Suite>> all;
+  return all;
+}
+
+}  // namespace
+
+Registrar::Registrar(std::unique_ptr<Suite> suite) { storage().push_back(std::move(suite)); }
+
+std::vector<Suite*> suites() {
+  std::vector<Suite*> out;
+  for (auto& s : storage()) out.push_back(s.get());
+  std::sort(out.begin(), out.end(), [](Suite* a, Suite* b) { return a->name() < b->name(); });
+  return out;
+}
+
+Suite* find_suite(const std::string& name) {
+  for (auto& s : storage())
+    if (s->name() == name) return s.get();
+  return nullptr;
+}
+
+std::vector<double> time_repetitions(int warmup, int reps, const std::function<void()>& f) {
+  for (int i = 0; i < warmup; ++i) f();
+  std::vector<double> out;
+  out.reserve(static_cast<std::size_t>(std::max(reps, 0)));
+  for (int i = 0; i < reps; ++i) {
+    check_interrupted();  // Ctrl-C stops a long suite between repetitions
+    auto start = std::chrono::steady_clock::now();
+    f();
+    out.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  return out;
+}
+
+unsigned usable_cores() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return static_cast<unsigned>(std::max(1, CPU_COUNT(&set)));
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+}  // namespace rkit::rbench

@@ -1,0 +1,238 @@
+// File: suites/io_seq.cpp
+//
+// io.seq: sequential write and read throughput of one file in RunOptions::dir ($TMPDIR,
+// else /tmp), block sizes 64 KiB, 1 MiB, 4 MiB with a 1 GiB file (--quick: 1 MiB and
+// 4 MiB, 256 MiB). The pattern is fio's `--rw=write --end_fsync=1` then `--rw=read`, at
+// queue depth 1 with --direct=1 where the filesystem allows it. Rates are in decimal
+// MB/s (1e6 bytes per second), fio's "(MB/s)" figure.
+//
+// The file is allocated up front (fallocate, as fio does). Each repetition overwrites the
+// whole file block by block and fsyncs it (the write time covers the write calls and the
+// fsync), then reads it back whole. Only the I/O system calls are on the clock: filling
+// and checking blocks happen between them, so the number is the storage's. The first
+// pass turns the allocated extents into written ones; the warm-up run absorbs that.
+//
+// The page cache: the file is opened with O_DIRECT; where the filesystem refuses it
+// (EINVAL on open or on the first aligned write: tmpfs before Linux 6.6, some FUSE and
+// overlay filesystems), the suite falls back to buffered I/O (params "direct": false) and
+// drops the file's pages with posix_fadvise(DONTNEED) after the fsync, before reading
+// (params "cache_dropped": whether the kernel accepted it).
+//
+// Correctness: word w of block b in pass p is base[w] ^ key(p, b), so a block that comes
+// back from elsewhere in the file or from an earlier pass counts as wrong.
+//
+// Space: the file takes at most half the directory's free space. With less, it shrinks to
+// fit (params "file_bytes" says what was used); below 64 MiB the suite throws
+// Error(IoErr, "...: not enough space"). RKIT_BENCH_IO_BYTES (a size such as "8M")
+// overrides the file size, rounded down to a multiple of the largest block; the unit
+// tests use it. The file is removed on every way out, Ctrl-C included.
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "rkit/error.hpp"
+#include "rkit/file.hpp"
+#include "rkit/interrupt.hpp"
+#include "rkit/units.hpp"
+#include "suite.hpp"
+
+namespace rkit::rbench {
+namespace {
+
+constexpr std::size_t kAlign = 4096;  // O_DIRECT buffer, offset and length alignment
+constexpr std::uint64_t kMiB = 1 << 20;
+constexpr std::uint64_t kMinFileBytes = 64 * kMiB;
+
+std::uint64_t mix(std::uint64_t x) {  // splitmix64's finaliser
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+double seconds(std::chrono::steady_clock::time_point since) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+}
+
+// The benchmark file, opened read-write, O_DIRECT where allowed; removed on destruction.
+class ScratchFile {
+ public:
+  explicit ScratchFile(const std::string& dir) {
+    const std::string path = fmt::format("{}/.rbench-io-seq.{}", dir, ::getpid());
+    const int flags = O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC;
+    int fd = ::open(path.c_str(), flags | O_DIRECT, 0600);
+    direct_ = fd >= 0;
+    if (fd < 0 && errno == EINVAL) fd = ::open(path.c_str(), flags, 0600);
+    if (fd < 0) throw system_error("create " + path, errno);
+    fd_.reset(fd);
+    remove_.path = path;
+    if (direct_) {  // some filesystems accept O_DIRECT at open and refuse it at write
+      auto probe = aligned(kAlign);
+      std::fill_n(static_cast<char*>(probe.get()), kAlign, 0);
+      if (::pwrite(fd_.get(), probe.get(), kAlign, 0) < 0) {
+        if (errno != EINVAL) throw system_error("write " + path, errno);
+        direct_ = false;
+        fd_.reset(::open(path.c_str(), O_RDWR | O_CLOEXEC));
+        if (!fd_) throw system_error("open " + path, errno);
+      }
+    }
+  }
+  static std::unique_ptr<void, decltype(&std::free)> aligned(std::size_t bytes) {
+    void* p = nullptr;
+    if (::posix_memalign(&p, kAlign, bytes) != 0) throw std::bad_alloc();
+    return {p, &std::free};
+  }
+  // Allocates `bytes` up front, as fio does, so that a full disk fails before the first
+  // pass; filesystems without fallocate skip it.
+  void reserve(std::uint64_t bytes) const {
+    if (::fallocate(fd_.get(), 0, 0, static_cast<off_t>(bytes)) != 0 && errno != EOPNOTSUPP)
+      throw system_error("allocate " + path(), errno);
+  }
+  int fd() const { return fd_.get(); }
+  const std::string& path() const { return remove_.path; }
+  bool direct() const { return direct_; }
+
+ private:
+  struct Remover {  // a member, so that it also runs when the constructor throws
+    std::string path;
+    ~Remover() { if (!path.empty()) ::unlink(path.c_str()); }
+  } remove_;
+  UniqueFd fd_;
+  bool direct_ = false;
+};
+
+std::string default_dir() {
+  const char* tmp = std::getenv("TMPDIR");
+  return tmp && *tmp ? tmp : "/tmp";
+}
+
+// The file size: the mode's default or RKIT_BENCH_IO_BYTES, a multiple of `block`,
+// shrunk to half the free space in `dir`.
+std::uint64_t file_size(const RunOptions& opt, const std::string& dir, std::uint64_t block) {
+  std::uint64_t want = opt.quick ? 256 * kMiB : 1024 * kMiB;
+  if (const char* env = std::getenv("RKIT_BENCH_IO_BYTES"); env && *env) {
+    try {
+      want = parse_size(env);
+    } catch (const Error& e) {
+      throw Error(Exit::Usage, std::string("RKIT_BENCH_IO_BYTES: ") + e.what());
+    }
+    if (want < block) throw Error(Exit::Usage, "RKIT_BENCH_IO_BYTES: at least " + format_bytes(block));
+  }
+  struct statvfs fs {};
+  if (::statvfs(dir.c_str(), &fs) != 0) throw system_error(dir, errno);
+  const std::uint64_t budget = std::uint64_t{fs.f_bavail} * fs.f_frsize / 2;
+  if (want > budget) {
+    if (budget < std::min(want, kMinFileBytes))
+      throw Error(Exit::IoErr, dir + ": not enough space",
+                  "io.seq needs " + format_bytes(2 * std::min(want, kMinFileBytes)) + " free, twice its file");
+    want = budget;
+  }
+  return want / block * block;
+}
+
+class IoSeq : public Suite {
+ public:
+  std::string name() const override { return "io.seq"; }
+  std::string description() const override {
+    return "sequential write (with fsync) and read of one file, O_DIRECT where allowed";
+  }
+
+  std::vector<Measurement> run(const RunOptions& opt, const Progress& progress) override {
+    const std::string dir = opt.dir.empty() ? default_dir() : opt.dir;
+    const auto blocks = opt.quick ? std::vector<std::uint64_t>{kMiB, 4 * kMiB}
+                                  : std::vector<std::uint64_t>{64 << 10, kMiB, 4 * kMiB};
+    const std::uint64_t file_bytes = file_size(opt, dir, blocks.back());
+    ScratchFile file(dir);
+    file.reserve(file_bytes);
+    std::vector<Measurement> out;
+    for (std::uint64_t block : blocks) {
+      if (progress)
+        progress(fmt::format("io.seq {} blocks, {} file in {} ({})", format_bytes(block), format_bytes(file_bytes),
+                             dir, file.direct() ? "O_DIRECT" : "buffered"));
+      for (Measurement& m : measure(opt, file, block, file_bytes)) {
+        m.params["dir"] = dir;
+        out.push_back(std::move(m));
+      }
+    }
+    return out;
+  }
+
+ private:
+  // The "write" and "read" measurements of one block size.
+  static std::vector<Measurement> measure(const RunOptions& opt, const ScratchFile& file, std::uint64_t block,
+                                          std::uint64_t file_bytes) {
+    const std::size_t words = block / sizeof(std::uint64_t);
+    const std::uint64_t nblocks = file_bytes / block;
+    std::vector<std::uint64_t> base(words);
+    for (std::size_t w = 0; w < words; ++w) base[w] = mix(w + 1);
+    auto buffer = ScratchFile::aligned(block);
+    auto* buf = static_cast<std::uint64_t*>(buffer.get());
+
+    Measurement write, read;
+    write.metric = "write";
+    read.metric = "read";
+    write.unit = read.unit = "MB/s";
+    std::uint64_t mismatches = 0;
+    bool cache_dropped = false;
+    for (int pass = 0; pass < opt.warmup + opt.reps; ++pass) {
+      check_interrupted();  // Ctrl-C unwinds here, and ScratchFile removes the file
+      const std::uint64_t pass_key = mix((std::uint64_t(pass) << 32) ^ block);
+      auto key = [pass_key](std::uint64_t b) { return mix(pass_key ^ b); };
+      double write_s = 0;
+      if (::lseek(file.fd(), 0, SEEK_SET) < 0) throw system_error("seek " + file.path(), errno);
+      for (std::uint64_t b = 0; b < nblocks; ++b) {
+        const std::uint64_t k = key(b);
+        for (std::size_t w = 0; w < words; ++w) buf[w] = base[w] ^ k;
+        auto t = std::chrono::steady_clock::now();
+        write_full(file.fd(), buf, block, file.path());
+        write_s += seconds(t);
+      }
+      auto t = std::chrono::steady_clock::now();
+      if (::fsync(file.fd()) != 0) throw system_error("fsync " + file.path(), errno);
+      write_s += seconds(t);
+      cache_dropped = ::posix_fadvise(file.fd(), 0, 0, POSIX_FADV_DONTNEED) == 0;
+
+      double read_s = 0;
+      for (std::uint64_t b = 0; b < nblocks; ++b) {
+        t = std::chrono::steady_clock::now();
+        const std::size_t got = pread_full(file.fd(), buf, block, b * block, file.path());
+        read_s += seconds(t);
+        if (got < block) {  // the file ended early: every block from here on is missing
+          mismatches += nblocks - b;
+          break;
+        }
+        const std::uint64_t k = key(b);
+        mismatches += !std::equal(buf, buf + words, base.begin(),
+                                  [k](std::uint64_t word, std::uint64_t base_word) { return word == (base_word ^ k); });
+      }
+      if (pass >= opt.warmup) {
+        write.samples.push_back(double(file_bytes) / 1e6 / write_s);
+        read.samples.push_back(double(file_bytes) / 1e6 / read_s);
+      }
+    }
+    for (Measurement* m : {&write, &read}) {
+      m->correct = mismatches == 0;
+      m->check = fmt::format("every block read back as written ({} blocks)", nblocks);
+      if (mismatches) m->check += fmt::format(": {} mismatched", mismatches);
+      m->params = {{"block_bytes", block}, {"file_bytes", file_bytes}, {"direct", file.direct()},
+                   {"cache_dropped", cache_dropped}};
+    }
+    return {std::move(write), std::move(read)};
+  }
+};
+
+}  // namespace
+
+RKIT_BENCH_SUITE(IoSeq);
+
+}  // namespace rkit::rbench
