@@ -35,12 +35,23 @@ setup() {
 }
 
 @test "compare: the same machine twice is no regression; a metric 20% worse exits 1 and is named" {
-  run rbench compare "$FIXTURES/bench/base.jsonl" "$FIXTURES/bench/again.jsonl"
-  assert_success
-  refute_output --partial regression
+  for pair in "base again" "again base"; do
+    set -- $pair
+    run rbench compare "$FIXTURES/bench/$1.jsonl" "$FIXTURES/bench/$2.jsonl"
+    assert_success
+    refute_output --partial regression
+  done
   run rbench compare "$FIXTURES/bench/base.jsonl" "$FIXTURES/bench/worse.jsonl" --json
   assert_failure 1
   echo "$output" | jq -e -s 'map(select(.verdict == "regression")) | length == 1 and .[0].suite == "cpu.stream" and .[0].metric == "triad"'
+}
+
+@test "compare: a faster result that failed its check is wrong, not better" {
+  jq -c 'if .metric == "triad" then .correct = false | .samples |= map(. * 1.5) | .median *= 1.5 else . end' \
+    "$FIXTURES/bench/base.jsonl" > wrongfast.jsonl
+  run rbench compare "$FIXTURES/bench/base.jsonl" wrongfast.jsonl --json
+  assert_failure 1
+  echo "$output" | jq -e -s 'map(select(.metric == "triad"))[0].verdict == "wrong"'
 }
 
 @test "bad input: unknown suite 64, malformed results 65, missing file 66, unwritable output 77 or 74" {
@@ -56,8 +67,17 @@ setup() {
   assert_failure 66
   assert_one_line_stderr
   run --separate-stderr rbench run cpu.stream --quick --reps 1 -o /nonexistent/dir/out.jsonl
-  [[ $status -eq 66 || $status -eq 74 || $status -eq 77 ]]
+  assert_failure 66
   assert_one_line_stderr
+  mkdir adir
+  run --separate-stderr rbench run cpu.stream --quick --reps 1 -o adir
+  assert_failure 74
+  assert_one_line_stderr
+  run --separate-stderr rbench run cpu.stream io.seq --quick --reps 1 --dir /nonexistent
+  assert_failure 66
+  [[ -z "$output" ]]   # found before cpu.stream ran
+  run --separate-stderr rbench run cpu.stream --threads 1000
+  assert_failure 64
   jq -c '.suite = "other.suite"' "$FIXTURES/bench/base.jsonl" > other.jsonl
   run --separate-stderr rbench compare "$FIXTURES/bench/base.jsonl" other.jsonl
   assert_failure 65

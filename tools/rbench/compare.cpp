@@ -55,6 +55,16 @@ std::vector<Comparison> compare_runs(const std::vector<Json>& base, const std::v
       out.push_back(std::move(c));
       continue;
     }
+    if (n->value("correct", true) == false) {  // fast and wrong is not better
+      c.verdict = "wrong";
+      out.push_back(std::move(c));
+      continue;
+    }
+    if (b->at("unit") != n->at("unit")) {
+      c.verdict = "other unit";
+      out.push_back(std::move(c));
+      continue;
+    }
     double bm = *c.base_median, nm = *c.new_median;
     if (bm > 0 && nm > 0) c.ratio = higher_is_better(c.unit) ? nm / bm : bm / nm;
     auto xs = samples_of(*b), ys = samples_of(*n);

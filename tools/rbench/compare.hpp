@@ -22,8 +22,9 @@ struct Comparison {
   std::optional<double> base_median, new_median;
   std::optional<double> ratio;    // new vs base, > 1 better, whatever the unit's direction
   std::optional<double> p_value;  // when both sides have enough samples
-  // "regression" (worse than fail_below, and real), "worse" (below 1, but not beyond
-  // fail_below or not significant), "same", "better", "only in base", "only in new".
+  // "regression" (worse than fail_below, and real), "wrong" (the new result failed its
+  // check), "worse" (below 1, real, not beyond fail_below), "same", "better",
+  // "other unit", "only in base", "only in new".
   std::string verdict;
   Json to_json() const;  // rkit.bench.compare.v1
 };

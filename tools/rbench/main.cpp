@@ -1,10 +1,12 @@
 // rbench: hardware benchmarks for ML training, each checked and judged against its peak.
 #include <fmt/format.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <csignal>
 
 #include <algorithm>
 #include <iostream>
-#include <set>
 
 #include "compare.hpp"
 #include "record.hpp"
@@ -12,7 +14,6 @@
 #include "rkit/cli.hpp"
 #include "rkit/error.hpp"
 #include "rkit/interrupt.hpp"
-#include "rkit/units.hpp"
 #include "suite.hpp"
 
 namespace {
@@ -64,6 +65,9 @@ std::vector<Column> result_columns() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A closed stdout or stderr must be a write error (74), not a kill that skips the
+  // suites' cleanup (io.seq's scratch file).
+  std::signal(SIGPIPE, SIG_IGN);
   InterruptGuard interrupts;
   Tool tool("rbench", "Benchmark the hardware ML training runs on, with checked results and peak fractions");
 
@@ -112,6 +116,7 @@ int main(int argc, char** argv) {
     }
     if (*compare_cmd) {
       if (!(fail_below > 0 && fail_below <= 1)) usage_error("--fail-below must be in (0, 1]");
+      if (base_file == "-" && new_file == "-") usage_error("only one of BASE and NEW can be - (stdin)");
       std::vector<Json> base = read_bench_records(base_file);  // base first: errors name it first
       std::vector<Json> fresh = read_bench_records(new_file);
       auto rows = compare_runs(base, fresh, fail_below);
@@ -125,7 +130,7 @@ int main(int argc, char** argv) {
       bool regressed = false;
       for (const auto& c : rows) {
         out.print(c.to_json());
-        regressed |= c.verdict == "regression";
+        regressed |= c.verdict == "regression" || c.verdict == "wrong";
       }
       out.finish();
       return regressed ? 1 : 0;
@@ -134,6 +139,9 @@ int main(int argc, char** argv) {
     if (reps < 0 || (run_cmd->count("--warmup") && warmup < 0)) usage_error("--reps and --warmup must not be negative");
     opt.reps = reps > 0 ? reps : opt.quick ? 3 : 5;
     opt.warmup = warmup >= 0 ? warmup : 1;
+    const unsigned cores = usable_cores();
+    if (opt.threads > 4 * cores) usage_error(fmt::format("--threads {} is more than 4x the {} usable cores", opt.threads, cores));
+    if (opt.threads == 0) opt.threads = cores;
     std::vector<Suite*> chosen = select_suites(names);
     std::vector<Suite*> runnable;
     for (Suite* s : chosen) {
@@ -142,6 +150,13 @@ int main(int argc, char** argv) {
       else if (!common.quiet) std::cerr << "rbench: " << s->name() << " is unavailable: " << why << '\n';
     }
     if (runnable.empty()) throw Error(Exit::Unavailable, "none of the suites asked for can run here", "rbench list says why");
+    // A bad --dir is found before minutes of other suites, not after them.
+    if (!opt.dir.empty()) {
+      struct stat st{};
+      if (::stat(opt.dir.c_str(), &st) != 0) throw system_error("--dir " + opt.dir, errno);
+      if (!S_ISDIR(st.st_mode)) throw Error(Exit::NoInput, "--dir " + opt.dir + ": not a directory");
+      if (::access(opt.dir.c_str(), W_OK) != 0) throw system_error("--dir " + opt.dir, errno);
+    }
     std::optional<AtomicFile> file;
     if (!output.empty()) {
       struct stat st{};

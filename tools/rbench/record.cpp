@@ -42,7 +42,8 @@ Json host_fingerprint() {
   long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   return Json{{"hostname", host},
               {"cpu_model", cpu_model()},
-              {"cores", usable_cores()},
+              {"cores", physical_cores()},
+              {"hw_threads", usable_cores()},
               {"memory_bytes", pages > 0 && page > 0 ? Json(std::uint64_t(pages) * std::uint64_t(page)) : Json(nullptr)},
               {"kernel", std::string(u.sysname) + " " + u.release},
               {"gpus", Json::array()},

@@ -18,7 +18,8 @@ namespace rkit::rbench {
 
 inline constexpr const char* kRecordSchema = "rkit.bench.v1";
 
-// CPU model, cores, hardware threads, memory, kernel, GPUs (none yet), rkit version.
+// CPU model, physical cores and hardware threads usable here, memory, kernel, GPUs
+// (none yet), rkit version.
 Json host_fingerprint();
 
 // Whether larger values of `unit` are better (rates) or worse (times: "s", "ms", "us").

@@ -13,9 +13,10 @@
 //   };
 //   RKIT_BENCH_SUITE(Stream);
 //
-// A suite checks its own answers (Measurement::correct and ::check), times with
-// time_repetitions (warm-up runs first, then opt.reps timed runs), and never prints:
-// it reports progress through the callback and throws rkit::Error on failure.
+// A suite checks its own answers (Measurement::correct and ::check), runs opt.warmup
+// untimed and opt.reps timed repetitions (time_repetitions does that, and notices
+// Ctrl-C), and never prints: it reports progress through the callback (which may be empty)
+// and throws rkit::Error on failure.
 #pragma once
 
 #include <chrono>
@@ -33,7 +34,7 @@ struct RunOptions {
   bool quick = false;    // smaller sizes and fewer repetitions: a whole CPU run within a minute
   int reps = 5;          // timed repetitions per metric (already resolved from --reps / --quick)
   int warmup = 1;        // untimed runs first
-  unsigned threads = 0;  // 0: every core the process may use
+  unsigned threads = 0;  // resolved by rbench run: never 0 there (0 in a suite means all usable cores)
   std::string dir;       // where I/O suites write (default: $TMPDIR, else /tmp)
 };
 
@@ -76,7 +77,9 @@ struct Registrar {
 // wall-clock seconds (steady clock). Throws Error(TempFail) when interrupted (Ctrl-C).
 std::vector<double> time_repetitions(int warmup, int reps, const std::function<void()>& f);
 
-// Cores this process may use (its affinity mask).
+// Hardware threads this process may use (its affinity mask).
 unsigned usable_cores();
+// Physical cores among them (SMT siblings counted once); usable_cores() when hwloc cannot tell.
+unsigned physical_cores();
 
 }  // namespace rkit::rbench

@@ -141,7 +141,7 @@ Measurement measure_gemm(int n, unsigned threads, const RunOptions& opt, const s
                         "(max rel err {:.1e})", kCheckedEntries, bound, worst);
   if (peak) {
     int per_cycle = kSingle ? peak->isa->sp : peak->isa->dp;
-    unsigned cores = std::min(threads, usable_cores());
+    unsigned cores = std::min(threads, physical_cores());  // SMT siblings share FMA units
     m.peak = cores * peak->ghz * per_cycle;
     m.peak_source = fmt::format("{} core{} x {:.2f} GHz ({}) x {} FLOP/cycle ({})", cores, cores == 1 ? "" : "s",
                                 peak->ghz, peak->clock, per_cycle, peak->isa->name);

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "rkit/error.hpp"
+#include "rkit/interrupt.hpp"
 #include "rkit/units.hpp"
 #include "suite.hpp"
 
@@ -65,13 +66,28 @@ class Stream : public Suite {
     const std::uint64_t floor = opt.quick ? std::uint64_t{32} << 20 : std::uint64_t{256} << 20;
     const std::uint64_t array_bytes = std::max(4 * llc, floor);
     const std::size_t n = array_bytes / sizeof(double);
-    progress(fmt::format("cpu.stream {} per array x 3, {} threads", format_bytes(array_bytes), threads));
+    if (progress) progress(fmt::format("cpu.stream {} per array x 3, {} threads", format_bytes(array_bytes), threads));
 
     std::unique_ptr<double[]> a(new double[n]), b(new double[n]), c(new double[n]);
     std::atomic<Kernel> kernel{Kernel::Init};
     std::barrier start(threads + 1), done(threads + 1);
     std::vector<int> cpus = allowed_cpus();
     std::vector<std::thread> pool;
+    // However this function leaves (a thread that cannot start, Ctrl-C), the workers
+    // are told to stop and joined: a joinable std::thread destroyed would abort.
+    struct Stopper {
+      std::atomic<Kernel>& kernel;
+      std::barrier<>& start;
+      std::vector<std::thread>& pool;
+      unsigned threads;
+      ~Stopper() {
+        kernel = Kernel::Stop;
+        // Threads not started never arrive: stand in for them, so the barrier opens.
+        for (unsigned missing = threads - static_cast<unsigned>(pool.size()); missing > 0; --missing) start.arrive_and_drop();
+        start.arrive_and_wait();
+        for (auto& t : pool) t.join();
+      }
+    } stopper{kernel, start, pool, threads};
     for (unsigned t = 0; t < threads; ++t) {
       pool.emplace_back([&, t] {
         if (!cpus.empty()) {
@@ -114,19 +130,22 @@ class Stream : public Suite {
     };
     Row rows[] = {{"copy", Kernel::Copy, 16, {}}, {"scale", Kernel::Scale, 16, {}},
                   {"add", Kernel::Add, 24, {}}, {"triad", Kernel::Triad, 24, {}}};
+    // The values grow 15x per iteration: start again from the initial values every
+    // kRestart iterations, long before doubles overflow.
+    constexpr int kRestart = 64;
     const int iterations = opt.warmup + opt.reps;
-    for (int it = 0; it < iterations; ++it)
+    for (int it = 0; it < iterations; ++it) {
+      check_interrupted();
+      if (it > 0 && it % kRestart == 0) run_kernel(Kernel::Init);
       for (Row& r : rows) {
         double s = run_kernel(r.kernel);
         if (it >= opt.warmup) r.samples.push_back(r.bytes_per_element * static_cast<double>(n) / s / 1e9);
       }
-    kernel = Kernel::Stop;
-    start.arrive_and_wait();
-    for (auto& t : pool) t.join();
+    }
 
     // The same recurrence on scalars gives every element's expected final value.
     double ea = 1.0, eb = 2.0, ec = 0.0;
-    for (int it = 0; it < iterations; ++it) {
+    for (int it = (iterations - 1) / kRestart * kRestart; it < iterations; ++it) {
       ec = ea;
       eb = kScalar * ec;
       ec = ea + eb;

@@ -38,6 +38,7 @@
 #include <cstdlib>
 #include <memory>
 #include <new>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -68,11 +69,12 @@ double seconds(std::chrono::steady_clock::time_point since) {
 class ScratchFile {
  public:
   explicit ScratchFile(const std::string& dir) {
-    const std::string path = fmt::format("{}/.rbench-io-seq.{}", dir, ::getpid());
-    const int flags = O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC;
+    // Unique even on a directory other machines benchmark at the same time (pids repeat).
+    const std::string path = fmt::format("{}/.rbench-io-seq.{}.{:08x}", dir, ::getpid(), std::random_device{}());
+    const int flags = O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC;
     int fd = ::open(path.c_str(), flags | O_DIRECT, 0600);
     direct_ = fd >= 0;
-    if (fd < 0 && errno == EINVAL) fd = ::open(path.c_str(), flags, 0600);
+    if (fd < 0 && errno == EINVAL) fd = ::open(path.c_str(), flags, 0600);  // no O_DIRECT here
     if (fd < 0) throw system_error("create " + path, errno);
     fd_.reset(fd);
     remove_.path = path;
