@@ -20,6 +20,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -76,6 +77,14 @@ struct Registrar {
 // Runs f() warmup times untimed, then reps times, and returns each timed run's
 // wall-clock seconds (steady clock). Throws Error(TempFail) when interrupted (Ctrl-C).
 std::vector<double> time_repetitions(int warmup, int reps, const std::function<void()>& f);
+
+// splitmix64's finaliser: a fixed, well-mixed 64-bit value for x, for test data that is
+// the same on every platform.
+inline std::uint64_t mix64(std::uint64_t x) {
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
 
 // Hardware threads this process may use (its affinity mask).
 unsigned usable_cores();

@@ -5,7 +5,8 @@
 // in [-1, 1], counts 2·M·N·K FLOPs per multiply, and reports GFLOP/s per repetition.
 // Small sizes repeat the multiply inside one timed sample so that each sample covers at
 // least kMinSampleFlops. Sixteen random entries of C are checked against a long double
-// reference. The peak is cores × clock × FLOPs per cycle from /proc/cpuinfo.
+// reference. The peak is physical cores × cpufreq's maximum clock × FLOPs per cycle of
+// the instruction set /proc/cpuinfo lists; none when the maximum clock is hidden (VMs).
 // OPENBLAS_CORETYPE and friends are left as the environment sets them.
 #include <cblas.h>
 #include <fmt/format.h>
@@ -48,7 +49,6 @@ const IsaRate kIsaRates[] = {{{"avx512f"}, 32, 16, "AVX-512 as 2x256-bit FMA"},
 // the clock or the instruction set is unknown.
 struct CpuPeak {
   double ghz = 0;
-  std::string clock;  // where ghz came from: "max" (cpufreq)
   const IsaRate* isa = nullptr;
 };
 
@@ -56,7 +56,6 @@ std::optional<CpuPeak> cpu_peak() {
   CpuPeak p;
   if (std::ifstream f("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq"); f >> p.ghz) {
     p.ghz /= 1e6;  // kHz
-    p.clock = "max";
   }
   std::ifstream info("/proc/cpuinfo");
   std::string line, flags;
@@ -83,10 +82,8 @@ std::optional<CpuPeak> cpu_peak() {
 template <typename T>
 void fill_random(std::vector<T>& v, std::uint64_t seed) {
   for (auto& x : v) {
-    std::uint64_t z = (seed += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    x = static_cast<T>(static_cast<double>((z ^ (z >> 31)) >> 11) * 0x1p-52 - 1.0);
+    std::uint64_t z = mix64(seed += 0x9e3779b97f4a7c15ULL);
+    x = static_cast<T>(static_cast<double>(z >> 11) * 0x1p-52 - 1.0);
   }
 }
 
@@ -143,10 +140,10 @@ Measurement measure_gemm(int n, unsigned threads, const RunOptions& opt, const s
     int per_cycle = kSingle ? peak->isa->sp : peak->isa->dp;
     unsigned cores = std::min(threads, physical_cores());  // SMT siblings share FMA units
     m.peak = cores * peak->ghz * per_cycle;
-    m.peak_source = fmt::format("{} core{} x {:.2f} GHz ({}) x {} FLOP/cycle ({})", cores, cores == 1 ? "" : "s",
-                                peak->ghz, peak->clock, per_cycle, peak->isa->name);
+    m.peak_source = fmt::format("{} core{} x {:.2f} GHz (cpufreq maximum) x {} FLOP/cycle ({})", cores,
+                                cores == 1 ? "" : "s", peak->ghz, per_cycle, peak->isa->name);
   } else {
-    m.peak_source = "unknown: no maximum clock in /sys/devices/system/cpu/cpu0/cpufreq (a VM?)";
+    m.peak_source = "unknown: no maximum clock in /sys/devices/system/cpu/cpu0/cpufreq (a VM?), or an unknown instruction set";
   }
   return m;
 }

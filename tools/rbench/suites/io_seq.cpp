@@ -55,12 +55,6 @@ constexpr std::size_t kAlign = 4096;  // O_DIRECT buffer, offset and length alig
 constexpr std::uint64_t kMiB = 1 << 20;
 constexpr std::uint64_t kMinFileBytes = 64 * kMiB;
 
-std::uint64_t mix(std::uint64_t x) {  // splitmix64's finaliser
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
 double seconds(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
 }
@@ -176,7 +170,7 @@ class IoSeq : public Suite {
     const std::size_t words = block / sizeof(std::uint64_t);
     const std::uint64_t nblocks = file_bytes / block;
     std::vector<std::uint64_t> base(words);
-    for (std::size_t w = 0; w < words; ++w) base[w] = mix(w + 1);
+    for (std::size_t w = 0; w < words; ++w) base[w] = mix64(w + 1);
     auto buffer = ScratchFile::aligned(block);
     auto* buf = static_cast<std::uint64_t*>(buffer.get());
 
@@ -188,8 +182,8 @@ class IoSeq : public Suite {
     bool cache_dropped = false;
     for (int pass = 0; pass < opt.warmup + opt.reps; ++pass) {
       check_interrupted();  // Ctrl-C unwinds here, and ScratchFile removes the file
-      const std::uint64_t pass_key = mix((std::uint64_t(pass) << 32) ^ block);
-      auto key = [pass_key](std::uint64_t b) { return mix(pass_key ^ b); };
+      const std::uint64_t pass_key = mix64((std::uint64_t(pass) << 32) ^ block);
+      auto key = [pass_key](std::uint64_t b) { return mix64(pass_key ^ b); };
       double write_s = 0;
       if (::lseek(file.fd(), 0, SEEK_SET) < 0) throw system_error("seek " + file.path(), errno);
       for (std::uint64_t b = 0; b < nblocks; ++b) {
