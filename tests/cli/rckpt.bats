@@ -17,6 +17,16 @@ setup() {
   ln -s ../trainer_state.json ck/sub/state-link
 }
 
+# Starts a pack slow enough to be caught mid-way (48 MiB of random data at zstd level 19
+# on one thread) into archive $1 in the background, stderr to $2 (default: none), and
+# returns once its temporary exists; its pid is in $pid.
+start_slow_pack() {
+  head -c $((48 << 20)) /dev/urandom > ck/big.bin
+  rckpt pack ck -o "$1" -q --level 19 --threads 1 2> "${2:-/dev/null}" &
+  pid=$!
+  for _ in $(seq 100); do compgen -G ".$1.tmp.*" >/dev/null && break; sleep 0.05; done
+}
+
 # The manifest of an archive, as JSON.
 manifest() { tar -xOf "$1" .rkpt/manifest.json; }
 
@@ -210,10 +220,7 @@ EOF
 }
 
 @test "kill -9 during pack leaves no file under the final name" {
-  head -c $((48 << 20)) /dev/urandom > ck/big.bin
-  rckpt pack ck -o big.rkpt -q --level 19 --threads 1 &
-  pid=$!
-  for _ in $(seq 100); do compgen -G '.big.rkpt.tmp.*' >/dev/null && break; sleep 0.05; done
+  start_slow_pack big.rkpt
   sleep 0.3
   kill -9 "$pid"
   wait "$pid" || true
@@ -226,10 +233,7 @@ EOF
 }
 
 @test "SIGTERM during pack removes the temporary and dies of the signal" {
-  head -c $((48 << 20)) /dev/urandom > ck/big.bin
-  rckpt pack ck -o big.rkpt -q --level 19 --threads 1 &
-  pid=$!
-  for _ in $(seq 100); do compgen -G '.big.rkpt.tmp.*' >/dev/null && break; sleep 0.05; done
+  start_slow_pack big.rkpt
   sleep 0.3
   kill -TERM "$pid"
   code=0
@@ -403,10 +407,7 @@ EOF
 }
 
 @test "a file replaced while it is packed fails the pack (74): no torn checkpoint" {
-  head -c $((48 << 20)) /dev/urandom > ck/big.bin
-  rckpt pack ck -o a.rkpt -q --level 19 --threads 1 2> err &
-  pid=$!
-  for _ in $(seq 100); do compgen -G '.a.rkpt.tmp.*' >/dev/null && break; sleep 0.05; done
+  start_slow_pack a.rkpt err
   printf '{"step": 101}\n' > new-state && mv new-state ck/trainer_state.json
   code=0
   wait "$pid" || code=$?

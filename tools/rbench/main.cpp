@@ -14,6 +14,7 @@
 #include "rkit/cli.hpp"
 #include "rkit/error.hpp"
 #include "rkit/interrupt.hpp"
+#include "rkit/cpus.hpp"
 #include "suite.hpp"
 
 namespace {
@@ -139,7 +140,7 @@ int main(int argc, char** argv) {
     if (reps < 0 || (run_cmd->count("--warmup") && warmup < 0)) usage_error("--reps and --warmup must not be negative");
     opt.reps = reps > 0 ? reps : opt.quick ? 3 : 5;
     opt.warmup = warmup >= 0 ? warmup : 1;
-    const unsigned cores = usable_cores();
+    const unsigned cores = usable_cpus();
     if (opt.threads > 4 * cores) usage_error(fmt::format("--threads {} is more than 4x the {} usable cores", opt.threads, cores));
     if (opt.threads == 0) opt.threads = cores;
     std::vector<Suite*> chosen = select_suites(names);

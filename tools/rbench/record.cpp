@@ -7,6 +7,7 @@
 #include <chrono>
 #include <fstream>
 
+#include "rkit/cpus.hpp"
 #include "rkit/error.hpp"
 #include "rkit/version.hpp"
 #include "stats.hpp"
@@ -43,7 +44,7 @@ Json host_fingerprint() {
   return Json{{"hostname", host},
               {"cpu_model", cpu_model()},
               {"cores", physical_cores()},
-              {"hw_threads", usable_cores()},
+              {"hw_threads", usable_cpus()},
               {"memory_bytes", pages > 0 && page > 0 ? Json(std::uint64_t(pages) * std::uint64_t(page)) : Json(nullptr)},
               {"kernel", std::string(u.sysname) + " " + u.release},
               {"gpus", Json::array()},

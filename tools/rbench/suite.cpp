@@ -1,12 +1,11 @@
 #include "suite.hpp"
 
+#include "rkit/cpus.hpp"
 #include "rkit/interrupt.hpp"
 
 #include <hwloc.h>
-#include <sched.h>
 
 #include <algorithm>
-#include <thread>
 
 namespace rkit::rbench {
 namespace {
@@ -48,20 +47,14 @@ std::vector<double> time_repetitions(int warmup, int reps, const std::function<v
 
 unsigned physical_cores() {
   hwloc_topology_t topo;
-  if (hwloc_topology_init(&topo) != 0) return usable_cores();
+  if (hwloc_topology_init(&topo) != 0) return usable_cpus();
   unsigned cores = 0;
   hwloc_bitmap_t allowed = hwloc_bitmap_alloc();
   if (allowed && hwloc_topology_load(topo) == 0 && hwloc_get_cpubind(topo, allowed, HWLOC_CPUBIND_PROCESS) == 0)
     cores = static_cast<unsigned>(hwloc_get_nbobjs_inside_cpuset_by_type(topo, allowed, HWLOC_OBJ_CORE));
   hwloc_bitmap_free(allowed);
   hwloc_topology_destroy(topo);
-  return cores > 0 ? cores : usable_cores();
-}
-
-unsigned usable_cores() {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) == 0) return static_cast<unsigned>(std::max(1, CPU_COUNT(&set)));
-  return std::max(1u, std::thread::hardware_concurrency());
+  return cores > 0 ? cores : usable_cpus();
 }
 
 }  // namespace rkit::rbench

@@ -86,9 +86,8 @@ inline std::uint64_t mix64(std::uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// Hardware threads this process may use (its affinity mask).
-unsigned usable_cores();
-// Physical cores among them (SMT siblings counted once); usable_cores() when hwloc cannot tell.
+// Physical cores among the CPUs this process may use (SMT siblings counted once);
+// rkit::usable_cpus() when hwloc cannot tell.
 unsigned physical_cores();
 
 }  // namespace rkit::rbench

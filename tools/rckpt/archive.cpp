@@ -132,11 +132,14 @@ std::span<const std::byte> Archive::decode_frame(std::size_t i, FrameBuffers& b)
   return raw;
 }
 
-Error Archive::corrupt_frame(std::size_t i, const FrameError& e) const {
+std::string Archive::describe_corruption(std::size_t i, const std::string& why) const {
   const FrameRecord& fr = manifest_.frames.at(i);
-  std::string where = fr.base ? " (in base " + base_path(*fr.base) + ")" : "";
-  return Error(Exit::DataErr, fmt::format("{}: {}{} is corrupt: {}", path_, manifest_.describe_frame(i), where, e.what()),
-               "rckpt verify lists every damaged frame");
+  std::string where = fr.base ? " in base " + base_path(*fr.base) : "";
+  return fmt::format("{}{} is corrupt: {}", manifest_.describe_frame(i), where, why);
+}
+
+Error Archive::corrupt_frame(std::size_t i, const FrameError& e) const {
+  return Error(Exit::DataErr, path_ + ": " + describe_corruption(i, e.what()), "rckpt verify lists every damaged frame");
 }
 
 void Archive::read_frame(std::size_t i, std::vector<std::byte>& out) const {

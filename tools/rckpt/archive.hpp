@@ -59,7 +59,9 @@ class Archive {
   // Reads, decodes and checks frame `i` (size and XXH3) into b.raw; returns its raw
   // bytes. Throws FrameError naming what is wrong.
   std::span<const std::byte> decode_frame(std::size_t i, FrameBuffers& b) const;
-  // The error to report for a corrupt frame: DataErr naming archive, frame, file and tensors.
+  // "frame 3 (model.safetensors bytes ..., tensors ...) [in base X] is corrupt: why".
+  std::string describe_corruption(std::size_t i, const std::string& why) const;
+  // The error to report for a corrupt frame: DataErr, the archive's path and the above.
   Error corrupt_frame(std::size_t i, const FrameError& e) const;
 
  private:

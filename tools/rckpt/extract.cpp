@@ -388,8 +388,7 @@ VerifyReport verify_checkpoint(const std::string& path, unsigned threads, bool p
           p.frame = i;
           p.file = m.files[fr.file].path;
           p.tensors = m.tensors_in_frame(i);
-          std::string where = fr.base ? " in base " + a.base_path(*fr.base) : "";
-          p.message = fmt::format("{}{} is corrupt: {}", m.describe_frame(i), where, o.error);
+          p.message = a.describe_corruption(i, o.error);
           report.problems.push_back(std::move(p));
         });
   } catch (...) {

@@ -6,7 +6,6 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <fmt/format.h>
-#include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -25,6 +24,7 @@
 #include "frame_codec.hpp"
 #include "parallel.hpp"
 #include "rkit/atomic_file.hpp"
+#include "rkit/cpus.hpp"
 #include "rkit/error.hpp"
 #include "rkit/file.hpp"
 #include "rkit/interrupt.hpp"
@@ -289,21 +289,15 @@ Error changed(const std::string& path) {
 
 }  // namespace
 
-unsigned usable_cores() {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) == 0) return static_cast<unsigned>(std::max(1, CPU_COUNT(&set)));
-  return std::max(1u, std::thread::hardware_concurrency());
-}
-
 unsigned decode_threads(unsigned requested, std::uint64_t max_frame_bytes) {
-  unsigned threads = requested ? requested : usable_cores();
+  unsigned threads = requested ? requested : usable_cpus();
   // Each worker: compressed, shuffled and raw copies of a frame; each result in flight: one more.
   std::uint64_t per_worker = 4 * ZSTD_compressBound(std::max<std::uint64_t>(max_frame_bytes, 1));
   return static_cast<unsigned>(std::clamp<std::uint64_t>(kMemoryBudget / per_worker, 1, threads));
 }
 
 unsigned pack_threads(unsigned requested, std::uint64_t frame_bytes, int level) {
-  unsigned threads = requested ? requested : usable_cores();
+  unsigned threads = requested ? requested : usable_cpus();
   ZSTD_compressionParameters params = ZSTD_getCParams(level, frame_bytes, 0);
   std::uint64_t context = ZSTD_estimateCCtxSize_usingCParams(params);
   std::uint64_t bound = ZSTD_compressBound(frame_bytes);

@@ -21,6 +21,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "rkit/cpus.hpp"
 #include "suite.hpp"
 
 // OpenBLAS's own calls; weak, so that another CBLAS still links (threads then stay as they are).
@@ -154,7 +155,7 @@ class CpuGemm : public Suite {
   std::string description() const override { return "sgemm and dgemm through OpenBLAS, square sizes"; }
 
   std::vector<Measurement> run(const RunOptions& opt, const Progress& progress) override {
-    const unsigned threads = opt.threads ? opt.threads : usable_cores();
+    const unsigned threads = opt.threads ? opt.threads : usable_cpus();
     const int before = openblas_get_num_threads ? openblas_get_num_threads() : 0;
     if (openblas_set_num_threads) openblas_set_num_threads(static_cast<int>(threads));
     const auto peak = cpu_peak();

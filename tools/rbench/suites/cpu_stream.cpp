@@ -6,7 +6,6 @@
 // The arrays' final values are checked against the same recurrence run on scalars.
 #include <hwloc.h>
 #include <pthread.h>
-#include <sched.h>
 
 #include <atomic>
 #include <barrier>
@@ -19,6 +18,7 @@
 #include "rkit/error.hpp"
 #include "rkit/interrupt.hpp"
 #include "rkit/units.hpp"
+#include "rkit/cpus.hpp"
 #include "suite.hpp"
 
 namespace rkit::rbench {
@@ -42,15 +42,6 @@ std::uint64_t last_level_cache_bytes() {
   return total;
 }
 
-std::vector<int> allowed_cpus() {
-  cpu_set_t set;
-  std::vector<int> cpus;
-  if (sched_getaffinity(0, sizeof set, &set) == 0)
-    for (int c = 0; c < CPU_SETSIZE; ++c)
-      if (CPU_ISSET(c, &set)) cpus.push_back(c);
-  return cpus;
-}
-
 enum class Kernel { Init, Copy, Scale, Add, Triad, Stop };
 
 class Stream : public Suite {
@@ -61,7 +52,7 @@ class Stream : public Suite {
   }
 
   std::vector<Measurement> run(const RunOptions& opt, const Progress& progress) override {
-    const unsigned threads = opt.threads ? opt.threads : usable_cores();
+    const unsigned threads = opt.threads ? opt.threads : usable_cpus();
     const std::uint64_t llc = last_level_cache_bytes();
     const std::uint64_t floor = opt.quick ? std::uint64_t{32} << 20 : std::uint64_t{256} << 20;
     const std::uint64_t array_bytes = std::max(4 * llc, floor);
