@@ -1,7 +1,7 @@
 /* File: tests/fakes/fake_nvml.c
  *
  * FAKE NVML, for tests only: libfake_nvml.so exports the NVML entry points that
- * rtop resolves with dlsym (tools/rtop/nvml.cpp), with the real NVML C ABI, and
+ * rkit resolves with dlsym (libcommon/src/nvml.cpp), with the real NVML C ABI, and
  * answers with invented GPUs. These machines have no GPU and no NVIDIA driver, so
  * the tests point rtop at this library:
  *

@@ -4,9 +4,9 @@
 
 #include <string>
 
-#include "topology.hpp"
+#include "rkit/topology.hpp"
 
-namespace rkit::rtop::fixtures {
+namespace rkit::fixtures {
 
 inline const std::string kFixtures = RKIT_FIXTURES;
 inline const std::string kSynthetic = "pack:2 numa:2 core:8 pu:2";
@@ -27,4 +27,4 @@ inline Topology dgx(const std::string& gpus = "") {
   return probe(opt);
 }
 
-}  // namespace rkit::rtop::fixtures
+}  // namespace rkit::fixtures

@@ -1,6 +1,6 @@
 // rtop's place(): cores, GPUs and NICs per rank on the synthetic topology (with and
 // without the gpus4.json fixture) and on dgx_like.xml.
-#include "placement.hpp"
+#include "rkit/placement.hpp"
 
 #include <gtest/gtest.h>
 
@@ -14,7 +14,7 @@
 #include "rtop_fixtures.hpp"
 #include "test_support.hpp"
 
-namespace rkit::rtop {
+namespace rkit {
 namespace {
 
 using rkit::testing::error_of;
@@ -255,4 +255,4 @@ TEST(RtopPlacement, GpuRanksGoWhereTheirCoresAreFree) {
 }
 
 }  // namespace
-}  // namespace rkit::rtop
+}  // namespace rkit

@@ -1,6 +1,6 @@
 // rtop's probe(): synthetic topologies, the dgx_like.xml fixture (every PCIe link
 // type), GPU fixtures, and the exit category of each way the inputs can be wrong.
-#include "topology.hpp"
+#include "rkit/topology.hpp"
 
 #include <gtest/gtest.h>
 
@@ -14,7 +14,7 @@
 #include "rtop_fixtures.hpp"
 #include "test_support.hpp"
 
-namespace rkit::rtop {
+namespace rkit {
 namespace {
 
 using Matrix = std::vector<std::vector<std::string>>;
@@ -329,4 +329,4 @@ TEST(RtopTopologyFormat, CpuListsAndBusIds) {
 }
 
 }  // namespace
-}  // namespace rkit::rtop
+}  // namespace rkit

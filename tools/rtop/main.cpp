@@ -1,12 +1,12 @@
 // rtop: topology probe, link matrix, rank placement and live samples.
 #include <iostream>
 
-#include "placement.hpp"
 #include "render.hpp"
 #include "rkit/cli.hpp"
+#include "rkit/placement.hpp"
+#include "rkit/topology.hpp"
 #include "rkit/units.hpp"
 #include "sample.hpp"
-#include "topology.hpp"
 
 int main(int argc, char** argv) {
   using namespace rkit;

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "rkit/printer.hpp"
-#include "topology.hpp"
+#include "rkit/topology.hpp"
 
 namespace rkit::rtop {
 

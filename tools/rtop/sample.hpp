@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "nvml.hpp"
 #include "rkit/jsonl.hpp"
+#include "rkit/nvml.hpp"
 
 namespace rkit::rtop {
 

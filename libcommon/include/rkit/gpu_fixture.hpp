@@ -1,4 +1,4 @@
-// File: tools/rtop/gpu_fixture.hpp
+// File: rkit/gpu_fixture.hpp
 //
 // GPU fixtures (rkit.gpu_fixture.v1): GPUs described in JSON, added to a topology so
 // that GPU-aware placement can be planned and tested on machines without GPUs. The
@@ -12,9 +12,9 @@
 #include <string_view>
 #include <vector>
 
-#include "topology.hpp"
+#include "rkit/topology.hpp"
 
-namespace rkit::rtop {
+namespace rkit {
 
 struct FixtureGpu {
   Gpu gpu;                     // source "fixture"; index is the position in the file
@@ -32,4 +32,4 @@ std::vector<FixtureGpu> read_gpu_fixture(const std::string& path, const std::vec
 std::vector<FixtureGpu> parse_gpu_fixture(std::string_view text, const std::string& source,
                                           const std::vector<NumaNode>& numas);
 
-}  // namespace rkit::rtop
+}  // namespace rkit

@@ -1,13 +1,14 @@
-// File: tools/rtop/topology.hpp
+// File: rkit/topology.hpp
 //
-// The machine as rtop sees it: CPUs, NUMA nodes, caches, GPUs, NICs and disks, and
-// how devices connect (the link types of `nvidia-smi topo -m`). Built from hwloc
-// (live, an XML file from another machine, or a synthetic description), NVML when
-// it can be loaded, and optionally a GPU fixture for tests and planning.
+// The machine as rkit sees it (what `rtop` prints and placement plans on): CPUs, NUMA
+// nodes, caches, GPUs, NICs and disks, and how devices connect (the link types of
+// `nvidia-smi topo -m`). Built from hwloc (live, an XML file from another machine, or a
+// synthetic description), NVML when it can be loaded, and optionally a GPU fixture for
+// tests and planning.
 //
-//   rkit::rtop::ProbeOptions opt;
+//   rkit::ProbeOptions opt;
 //   opt.synthetic = "pack:2 numa:2 core:8 pu:2";
-//   rkit::rtop::Topology t = rkit::rtop::probe(opt);
+//   rkit::Topology t = rkit::probe(opt);
 //   std::cout << rkit::to_json_line(t.to_json());   // one rkit.topology.v1 record
 #pragma once
 
@@ -18,7 +19,7 @@
 
 #include "rkit/jsonl.hpp"
 
-namespace rkit::rtop {
+namespace rkit {
 
 struct ProbeOptions {
   std::optional<std::string> xml_path;   // --input: hwloc XML of another machine ("-": stdin)
@@ -109,4 +110,4 @@ std::string format_cpu_list(const std::vector<int>& cpus);
 // Normalises a PCI bus id to "dddd:bb:dd.f" in lower case ("00000000:3B:00.0" too).
 std::string normalize_bus_id(const std::string& bus_id);
 
-}  // namespace rkit::rtop
+}  // namespace rkit

@@ -1,11 +1,11 @@
-// File: tools/rtop/nvml.hpp
+// File: rkit/nvml.hpp
 //
-// NVML, loaded with dlopen at run time so that rtop builds and runs where no NVIDIA
-// driver is installed. $RKIT_NVML_LIBRARY names another library to load (tests use
-// a fake NVML, libfake_nvml.so, since these machines have no GPU).
+// NVML, loaded with dlopen at run time so that the tools (rtop, rbench) build and run
+// where no NVIDIA driver is installed. $RKIT_NVML_LIBRARY names another library to
+// load (tests use a fake NVML, libfake_nvml.so, since these machines have no GPU).
 //
 //   std::string why;
-//   if (auto nvml = rkit::rtop::Nvml::load(why)) { nvml->device_count(); ... }
+//   if (auto nvml = rkit::Nvml::load(why)) { nvml->device_count(); ... }
 //   else { /* why: "libnvidia-ml.so.1: cannot open shared object file" */ }
 //
 // NVLinks: each active link of a GPU is counted either in `nvlinks`, by the PCI bus id
@@ -22,7 +22,7 @@
 #include <optional>
 #include <string>
 
-namespace rkit::rtop {
+namespace rkit {
 
 struct NvmlDevice {
   std::string name, uuid, pci_bus_id;  // bus id normalised: "0000:3b:00.0"
@@ -62,4 +62,4 @@ class Nvml {
   std::unique_ptr<Api> api_;
 };
 
-}  // namespace rkit::rtop
+}  // namespace rkit

@@ -1,4 +1,4 @@
-#include "topology.hpp"
+#include "rkit/topology.hpp"
 
 #include <fmt/format.h>
 #include <hwloc.h>
@@ -11,12 +11,12 @@
 #include <memory>
 #include <regex>
 
-#include "gpu_fixture.hpp"
-#include "nvml.hpp"
-#include "rkit/file.hpp"
 #include "rkit/error.hpp"
+#include "rkit/file.hpp"
+#include "rkit/gpu_fixture.hpp"
+#include "rkit/nvml.hpp"
 
-namespace rkit::rtop {
+namespace rkit {
 namespace {
 
 using TopoPtr = std::unique_ptr<hwloc_topology, decltype(&hwloc_topology_destroy)>;
@@ -497,4 +497,4 @@ Json Topology::to_json() const {
   return j;
 }
 
-}  // namespace rkit::rtop
+}  // namespace rkit

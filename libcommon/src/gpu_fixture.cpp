@@ -1,4 +1,4 @@
-#include "gpu_fixture.hpp"
+#include "rkit/gpu_fixture.hpp"
 
 #include <fmt/format.h>
 
@@ -10,7 +10,7 @@
 #include "rkit/error.hpp"
 #include "rkit/file.hpp"
 
-namespace rkit::rtop {
+namespace rkit {
 namespace {
 
 constexpr int kMaxNvLinks = 64;    // more than any GPU has (H100: 18)
@@ -105,4 +105,4 @@ std::vector<FixtureGpu> parse_gpu_fixture(std::string_view text, const std::stri
   return out;
 }
 
-}  // namespace rkit::rtop
+}  // namespace rkit

@@ -1,13 +1,13 @@
-#include "nvml.hpp"
+#include "rkit/nvml.hpp"
 
 #include <dlfcn.h>
 
 #include <cstdlib>
 #include <vector>
 
-#include "topology.hpp"
+#include "rkit/topology.hpp"
 
-namespace rkit::rtop {
+namespace rkit {
 namespace {
 
 // The few NVML types used here, as the NVML API reference defines them.
@@ -181,4 +181,4 @@ std::optional<NvmlUsage> Nvml::usage(int index) const {
   return out;
 }
 
-}  // namespace rkit::rtop
+}  // namespace rkit

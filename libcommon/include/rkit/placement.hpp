@@ -1,4 +1,4 @@
-// File: tools/rtop/placement.hpp
+// File: rkit/placement.hpp
 //
 // Rank placement: which cores, GPUs and NIC each of N ranks should use.
 // Rules: ranks never share a core (a rank owns all hardware threads of its cores);
@@ -19,9 +19,9 @@
 
 #include "rkit/config.hpp"
 #include "rkit/jsonl.hpp"
-#include "topology.hpp"
+#include "rkit/topology.hpp"
 
-namespace rkit::rtop {
+namespace rkit {
 
 enum class Policy { Pack, Spread };
 
@@ -55,4 +55,4 @@ struct RankPlacement {
 // topology is short of cores or GPUs (the message says what is short).
 std::vector<RankPlacement> place(const Topology& topology, const PlaceRequest& request);
 
-}  // namespace rkit::rtop
+}  // namespace rkit

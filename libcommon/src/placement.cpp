@@ -1,4 +1,4 @@
-#include "placement.hpp"
+#include "rkit/placement.hpp"
 
 #include <fmt/format.h>
 
@@ -9,7 +9,7 @@
 
 #include "rkit/error.hpp"
 
-namespace rkit::rtop {
+namespace rkit {
 namespace {
 
 // Lower is nearer, as nvidia-smi ranks link types.
@@ -194,4 +194,4 @@ std::vector<RankPlacement> place(const Topology& t, const PlaceRequest& req) {
   return out;
 }
 
-}  // namespace rkit::rtop
+}  // namespace rkit
