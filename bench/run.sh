@@ -5,8 +5,9 @@
 #   timing (kind absent or "timing"): name, command, anchor, runs, median_s, stddev_s,
 #     anchor_median_s, anchor_stddev_s, goal_ratio (tool time / anchor time must stay at
 #     or under it), optionally goal_max_s (the tool's median must also stay at or under it)
-#   value (kind "value"): name, command, anchor, value, unit ("ratio" or "bytes"),
-#     goal_max (value must stay at or under it), optionally rkit_bytes and anchor_bytes
+#   value (kind "value"): name, command, anchor, value, unit ("ratio", "bytes" or "s"),
+#     goal_max (value must stay at or under it) and/or goal_min (at or over it),
+#     optionally rkit_bytes and anchor_bytes, or rkit_value and anchor_value
 # A row with informational: true is reported but never fails the run.
 # Exits nonzero when any other row misses its goal.
 set -euo pipefail
@@ -29,7 +30,8 @@ jq -s --arg git "$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)" \
       --arg time "$stamp" --argjson cores "$(nproc)" --argjson l0 "$load_start" --argjson l1 "$(loadavg)" '
   { schema: "rkit.benchrun.v1", time: $time, git: $git, host: $host, cpu_model: $cpu, cpus: $cores,
     loadavg_start: $l0, loadavg_end: $l1,
-    results: map(if .kind == "value" then . + { pass: (.value <= .goal_max) }
+    results: map(if .kind == "value"
+                 then . + { pass: ((.goal_max == null or .value <= .goal_max) and (.goal_min == null or .value >= .goal_min)) }
                  else (.median_s / .anchor_median_s) as $r
                    | . + { kind: "timing", ratio: $r,
                            pass: ($r <= .goal_ratio and (.goal_max_s == null or .median_s <= .goal_max_s)) }
@@ -42,16 +44,19 @@ jq -r '
   def bytes: if . >= 1073741824 then "\(. / 1073741824 | r(2)) GiB"
              elif . >= 1048576 then "\(. / 1048576 | r(1)) MiB"
              elif . >= 1024 then "\(. / 1024 | r(1)) KiB" else "\(.) B" end;
-  def num($u): if $u == "bytes" then bytes else r(3) | tostring end;
+  def num($u): if $u == "bytes" then bytes elif $u == "s" then secs else r(3) | tostring end;
+  def goal_text($u): if .goal_min != null and .goal_max != null then "\(.goal_min | num($u))–\(.goal_max | num($u))"
+                 elif .goal_min != null then "≥ \(.goal_min | num($u))" else "≤ \(.goal_max | num($u))" end;
   def opt(f): if . == null then "-" else f end;
   ["BENCH", "RKIT", "ANCHOR", "RATIO/VALUE", "GOAL", "VERDICT"],
   (.results[] |
-    (if .pass then "ok" elif .kind == "value" then "OVER GOAL" else "SLOWER THAN GOAL" end) as $v
+    (if .pass then "ok" elif .kind == "value" then "OUTSIDE GOAL" else "SLOWER THAN GOAL" end) as $v
     | (if .informational == true then "info: \($v)" else $v end) as $verdict
     | if .kind == "value" then
         .unit as $u
-        | [.name, (.rkit_bytes | opt(bytes)), (.anchor_bytes | opt(bytes)), (.value | num($u)),
-           "≤ \(.goal_max | num($u))", $verdict]
+        | [.name, (.rkit_bytes // .rkit_value | opt(if $u == "bytes" then bytes else r(4) | tostring end)),
+           (.anchor_bytes // .anchor_value | opt(if $u == "bytes" then bytes else r(4) | tostring end)),
+           (.value | num($u)), goal_text($u), $verdict]
       else
         [.name, (.median_s | secs), (.anchor_median_s | secs), (.ratio | r(3) | tostring),
          ("≤ \(.goal_ratio)" + (if .goal_max_s != null then ", ≤ \(.goal_max_s | secs)" else "" end)), $verdict]

@@ -12,15 +12,16 @@ build=(
   libcli11-dev libfmt-dev libtomlplusplus-dev nlohmann-json3-dev
   libhwloc-dev
   libzstd-dev libarchive-dev libxxhash-dev
-  libopenblas-dev
+  libopenblas-dev libgloo-dev
 )
 tests=(
   libgtest-dev googletest
   bats bats-assert bats-support bats-file
   jq hwloc zsh fish groff-base
   python3 python3-numpy python3-xxhash zstd
+  chromium
 )
-bench=(hyperfine bsdextrautils time zstd python3 python3-numpy)
+bench=(hyperfine bsdextrautils time zstd python3 python3-numpy fio likwid python3-torch libopenblas0)
 package=(dpkg-dev file)   # CPack's .deb generator runs dpkg-shlibdeps
 fuzz=(clang libclang-rt-14-dev)
 

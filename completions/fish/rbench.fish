@@ -3,6 +3,7 @@ complete -c rbench -f
 complete -c rbench -n '__fish_use_subcommand' -a list -d 'List the suites and whether each can run here'
 complete -c rbench -n '__fish_use_subcommand' -a run -d 'Run suites (all when none is named) and print rkit.bench.v1 records'
 complete -c rbench -n '__fish_use_subcommand' -a compare -d 'Compare two result files metric by metric; exit 1 on a real regression'
+complete -c rbench -n '__fish_use_subcommand' -a report -d 'Draw result files as one self-contained HTML page, or print their table'
 complete -c rbench -l help -s h -d 'Print this help message and exit'
 complete -c rbench -l version -d 'Print the tool, version and git revision'
 complete -c rbench -l json -d 'Print JSON Lines (one record per line) instead of a table'
@@ -15,7 +16,10 @@ complete -c rbench -n '__fish_seen_subcommand_from run' -l reps -x -d 'Timed rep
 complete -c rbench -n '__fish_seen_subcommand_from run' -l warmup -x -d 'Untimed runs first (default 1)'
 complete -c rbench -n '__fish_seen_subcommand_from run' -l threads -x -d 'Threads for CPU suites (default: all cores)'
 complete -c rbench -n '__fish_seen_subcommand_from run' -l dir -r -F -d 'Directory for I/O suites (default: $TMPDIR or /tmp)'
+complete -c rbench -n '__fish_seen_subcommand_from run' -l ranks -x -d 'Processes for communication suites (default 2, at most 64)'
 complete -c rbench -n '__fish_seen_subcommand_from run' -l output -s o -r -F -d 'Also write the records to FILE (JSON Lines, atomically)'
 complete -c rbench -n '__fish_seen_subcommand_from run' -F
 complete -c rbench -n '__fish_seen_subcommand_from compare' -l fail-below -x -d 'A ratio under this (default 0.95) is a regression when it is real'
 complete -c rbench -n '__fish_seen_subcommand_from compare' -F
+complete -c rbench -n '__fish_seen_subcommand_from report' -l html -r -F -d 'Write the HTML page to OUT (atomically; - for stdout) instead of the table'
+complete -c rbench -n '__fish_seen_subcommand_from report' -F

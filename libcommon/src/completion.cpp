@@ -55,7 +55,7 @@ std::vector<OptionInfo> own_options(const CLI::App& app) {
     info.takes_value = opt->get_expected_max() > 0;  // flags expect 0 values
     std::string type = opt->get_type_name();
     info.is_file = type.find("FILE") != std::string::npos || type.find("PATH") != std::string::npos ||
-                   type.find("DIR") != std::string::npos;
+                   type.find("DIR") != std::string::npos || type == "OUT";
     info.choices = parse_choices(type);
     out.push_back(std::move(info));
   }

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Checks that need a real NVIDIA GPU: build with CUDA, run the unit tests, and compare
+# Checks that need a real NVIDIA GPU: build with CUDA, run the unit tests, compare
 # rtop's NVML view with nvidia-smi's (count, names, UUIDs, bus ids, memory, the
-# `nvidia-smi topo -m` link matrix, live utilisation/power). Prints one line per check
-# and "gpu-check: N passed, N failed"; exits 69 when no GPU is visible.
+# `nvidia-smi topo -m` link matrix, live utilisation/power), run the CUDA kernels
+# against their CPU references (rkit_kernels_gpu_test), and run rbench's GPU suites
+# (every record correct, rkit's SGEMM within reach of cuBLAS, peaks plausible). Prints
+# one line per check and "gpu-check: N passed, N failed"; exits 69 when no GPU is visible.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 build=${BUILD:-build-gpu}
@@ -50,6 +52,64 @@ check "sample has util, memory and power per GPU" jq -e --argjson n "$n_smi" \
 check "rtop matrix prints" "$rtop" matrix
 check "placement uses the real GPUs" jq -e -s --argjson n "$n_smi" '[.[].gpus[]] | unique | length == $n' \
   < <("$rtop" place --ranks "$n_smi" --gpus-per-rank 1 --cpus-per-rank 1 --json)
+
+# The CUDA kernels against their CPU references (not in ctest: it needs the GPU).
+check "CUDA kernels equal their CPU references (rkit_kernels_gpu_test)" "$build/tests/unit/rkit_kernels_gpu_test"
+
+# rbench's GPU suites. OWN_SGEMM_MIN_PERCENT: the least share of cuBLAS's fp32 speed
+# that rkit's SGEMM must reach at 4096^3 (a 128x128x8 SIMT kernel; cuBLAS is ~1.5-2x).
+rbench=$build/tools/rbench/rbench
+min_percent=${OWN_SGEMM_MIN_PERCENT:-30}
+check "rbench list: the four gpu suites are available (its plug-in rbench_gpu.so loads)" jq -e -s \
+  '[.[] | select(.suite | startswith("gpu."))] | length == 4 and all(.available)' < <("$rbench" list --json)
+installed=$(mktemp -d)
+cmake --install "$build" --prefix "$installed" >/dev/null
+check "installed rbench loads the plug-in from lib/rkit" jq -e -s \
+  '[.[] | select(.suite | startswith("gpu."))] | length == 4 and all(.available)' < <("$installed/bin/rbench" list --json)
+rm -rf "$installed"
+bench_json=$(mktemp) bench_err=$(mktemp)
+"$rbench" run gpu --quick --json >"$bench_json" 2>"$bench_err"
+bench_rc=$?
+check "rbench run gpu --quick exits 0" test "$bench_rc" -eq 0
+[[ $bench_rc -eq 0 ]] || tail -5 "$bench_err"
+check "gpu.copy, gpu.gemm, gpu.nccl and gpu.stream each report" jq -e -s \
+  '[.[].suite] | unique == ["gpu.copy", "gpu.gemm", "gpu.nccl", "gpu.stream"]' "$bench_json"
+check "every gpu record passed its own check" jq -e -s 'length > 0 and all(.correct)' "$bench_json"
+jq -r -s '.[] | select(.correct | not) | "  wrong: \(.suite) \(.metric) \(.params | tostring): \(.check)"' "$bench_json"
+check "gpu.gemm: cuBLAS fp32, tf32, fp16, bf16 and rkit's sgemm measured" jq -e -s \
+  '[.[] | select(.suite == "gpu.gemm") | .metric] as $m
+   | (["fp32", "tf32", "fp16", "bf16", "own_sgemm", "own_sgemm_of_cublas"] - $m) == []' "$bench_json"
+cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d ' ')  # "9.0"
+if [[ "$cc" =~ ^[0-9]+\.[0-9]$ && ${cc/./} -ge 89 ]]; then
+  check "gpu.gemm: fp8 measured (compute capability $cc)" jq -e -s \
+    'any(.[]; .suite == "gpu.gemm" and .metric == "fp8")' "$bench_json"
+fi
+jq -r -s '.[] | select(.metric == "own_sgemm_of_cublas")
+          | "  rkit sgemm gpu\(.params.device) \(.params.m)^3: \(.median | floor)% of cuBLAS fp32"' "$bench_json"
+check "rkit's sgemm reaches >= $min_percent% of cuBLAS fp32 at 4096^3" jq -e -s --argjson min "$min_percent" \
+  '[.[] | select(.metric == "own_sgemm_of_cublas" and .params.m == 4096)] | length > 0 and all(.median >= $min)' \
+  "$bench_json"
+check "gpu.gemm and gpu.stream stay under their peaks (+5%)" jq -e -s \
+  '[.[] | select((.suite == "gpu.gemm" or .suite == "gpu.stream") and .peak_fraction != null)]
+   | all(.peak_fraction <= 1.05)' "$bench_json"
+# Behind NVSwitches allreduce and reduce_scatter have no peak (NVLink SHARP can beat the links).
+check "gpu.nccl and gpu.copy stay under their link peaks (+5%)" jq -e -s \
+  '[.[] | select((.suite == "gpu.nccl" or .suite == "gpu.copy") and .peak_fraction != null)]
+   | all(.peak_fraction <= 1.05)' "$bench_json"
+check "gpu.stream has a peak (datasheet or memory clock)" jq -e -s \
+  '[.[] | select(.suite == "gpu.stream")] | length > 0 and all(.peak != null)' "$bench_json"
+# CUDA numbers GPUs fastest first, host.gpus (NVML) in PCI order: the bus ids tie them.
+check "every gpu record names its GPUs by PCI bus ids that host.gpus lists" jq -e -s \
+  'all(.[]; [.host.gpus[].pci_bus_id] as $known
+      | [.params.device_bus_id, .params.from_bus_id, .params.to_bus_id, (.params.device_bus_ids // [])[]]
+      | map(select(. != null)) | length > 0 and all(IN($known[])))' "$bench_json"
+check "gpu.gemm: ab_bytes and c_bytes as each type stores A, B and C" jq -e -s \
+  '[.[] | select(.suite == "gpu.gemm")] | length > 0 and all(.[]; .params as $p
+   | {fp32: [4, 4], tf32: [4, 4], fp16: [2, 4], bf16: [2, 4], fp8: [1, 2], own_sgemm: [4, 4],
+      own_sgemm_of_cublas: [4, 4]}[.metric] == [$p.ab_bytes, $p.c_bytes])' "$bench_json"
+check "host fingerprint names the $n_smi GPU(s) and the driver" jq -e -s --argjson n "$n_smi" \
+  'all(.[]; (.host.gpus | length) == $n and .host.gpu_driver != null)' "$bench_json"
+rm -f "$bench_json" "$bench_err"
 
 echo "gpu-check: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]

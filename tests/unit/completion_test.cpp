@@ -151,6 +151,15 @@ TEST_F(CompletionTest, ZshScriptNamesSubcommandsOptionsAndChoices) {
   EXPECT_FALSE(contains(s, "--secret"));
 }
 
+TEST(Completion, OutputFileOptionsCompleteFileNames) {
+  CLI::App app("Draw", "rd");
+  std::string out;
+  app.add_option("--html", out, "Write the page to OUT")->type_name("OUT");
+  EXPECT_TRUE(contains(completion_script(app, "fish"), "complete -c rd -l html -r -F -d")) << completion_script(app, "fish");
+  EXPECT_TRUE(contains(completion_script(app, "zsh"), "(--html)\n      _files"));
+  EXPECT_TRUE(contains(completion_script(app, "bash"), "--html)\n      COMPREPLY=($(compgen -f -- \"$cur\")); return ;;"));
+}
+
 TEST_F(CompletionTest, ZshScriptIsValidZsh) {
   if (!on_path("zsh")) GTEST_SKIP() << "zsh is not installed: syntax not checked";
   TempDir dir;

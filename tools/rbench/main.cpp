@@ -10,6 +10,7 @@
 
 #include "compare.hpp"
 #include "record.hpp"
+#include "report.hpp"
 #include "rkit/atomic_file.hpp"
 #include "rkit/cli.hpp"
 #include "rkit/error.hpp"
@@ -21,27 +22,6 @@ namespace {
 
 using namespace rkit;
 using namespace rkit::rbench;
-
-// Suites named on the command line: exact names, or a prefix before a dot ("cpu" is
-// every cpu.* suite). None named: all of them.
-std::vector<Suite*> select_suites(const std::vector<std::string>& names) {
-  std::vector<Suite*> all = suites(), out;
-  if (names.empty()) return all;
-  for (const auto& name : names) {
-    bool found = false;
-    for (Suite* s : all)
-      if (s->name() == name || s->name().rfind(name + ".", 0) == 0) {
-        if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
-        found = true;
-      }
-    if (!found) {
-      std::string known;
-      for (Suite* s : all) known += (known.empty() ? "" : ", ") + s->name();
-      usage_error(fmt::format("unknown suite '{}' (known: {})", name, known));
-    }
-  }
-  return out;
-}
 
 std::string cell_number(const Json& v) { return v.is_number() ? fmt::format("{:.4g}", v.get<double>()) : "-"; }
 
@@ -60,12 +40,41 @@ std::vector<Column> result_columns() {
           {"CV", "cv", [](const Json& v) { return v.is_number() ? fmt::format("{:.1f}%", 100 * v.get<double>()) : "-"; }},
           {"PEAK", "peak_fraction",
            [](const Json& v) { return v.is_number() ? fmt::format("{:.0f}%", 100 * v.get<double>()) : "-"; }},
-          {"CHECK", "correct", [](const Json& v) { return v.get<bool>() ? "ok" : "WRONG"; }}};
+          {"CHECK", "correct", [](const Json& v) { return !v.is_boolean() ? "-" : v.get<bool>() ? "ok" : "WRONG"; }}};
+}
+
+// Runs f, which writes the report to `out`; any failure to write it is an I/O error
+// (74), whatever its errno, so that 66 and 77 keep meaning a results file.
+template <typename F>
+auto writing_report(const std::string& out, F&& f) {
+  try {
+    return f();
+  } catch (const Error& e) {
+    throw Error(Exit::IoErr, "cannot write the report to " + out + ": " + e.what());
+  }
+}
+
+// The report's output, opened before the inputs are read so that a bad OUT fails at
+// once; refused when it is a directory or one of the inputs.
+std::optional<AtomicFile> open_report(const std::string& out, const std::vector<std::string>& inputs) {
+  if (out.empty() || out == "-") return std::nullopt;
+  struct stat st{};
+  if (::stat(out.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) throw Error(Exit::IoErr, "cannot write the report to " + out + ": it is a directory");
+    for (const auto& in : inputs) {
+      struct stat is{};
+      if (in != "-" && ::stat(in.c_str(), &is) == 0 && is.st_dev == st.st_dev && is.st_ino == st.st_ino)
+        usage_error("--html " + out + " is also a results file to read");
+    }
+  }
+  return writing_report(out, [&] { return std::optional<AtomicFile>(std::in_place, out); });
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A suite's helper process (comm.gloo's ranks): rbench started itself; not a command.
+  if (argc > 1 && std::string_view(argv[1]) == kWorkerCommand) return run_worker(argc - 2, argv + 2);
   // A closed stdout or stderr must be a write error (74), not a kill that skips the
   // suites' cleanup (io.seq's scratch file).
   std::signal(SIGPIPE, SIG_IGN);
@@ -85,6 +94,7 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--warmup", warmup, "Untimed runs first (default 1)")->type_name("N");
   run_cmd->add_option("--threads", opt.threads, "Threads for CPU suites (default: all cores)")->type_name("N");
   run_cmd->add_option("--dir", opt.dir, "Directory for I/O suites (default: $TMPDIR or /tmp)")->type_name("DIR");
+  run_cmd->add_option("--ranks", opt.ranks, "Processes for communication suites (default 2, at most 64)")->type_name("N");
   run_cmd->add_option("-o,--output", output, "Also write the records to FILE (JSON Lines, atomically)")->type_name("FILE");
 
   auto* compare_cmd = tool.add_subcommand("compare", "Compare two result files metric by metric; exit 1 on a real regression");
@@ -94,6 +104,13 @@ int main(int argc, char** argv) {
   compare_cmd->add_option("new", new_file, "Later results (JSON Lines)")->required()->type_name("NEW_FILE");
   compare_cmd->add_option("--fail-below", fail_below, "A ratio under this (default 0.95) is a regression when it is real")
       ->type_name("RATIO");
+
+  auto* report_cmd = tool.add_subcommand("report", "Draw result files as one self-contained HTML page, or print their table");
+  std::vector<std::string> report_files;
+  std::string html_out;
+  report_cmd->add_option("file", report_files, "Results (JSON Lines; - for stdin)")->required()->type_name("FILE");
+  report_cmd->add_option("--html", html_out, "Write the HTML page to OUT (atomically; - for stdout) instead of the table")
+      ->type_name("OUT");
 
   int rc = tool.run(argc, argv, [&]() -> int {
     if (tool.app().get_subcommands().empty()) usage_error("a subcommand is required (see --help)");
@@ -136,6 +153,33 @@ int main(int argc, char** argv) {
       out.finish();
       return regressed ? 1 : 0;
     }
+    if (*report_cmd) {
+      if (std::count(report_files.begin(), report_files.end(), "-") > 1) usage_error("only one FILE can be - (stdin)");
+      std::optional<AtomicFile> page = open_report(html_out, report_files);
+      std::vector<ResultsFile> files;
+      std::size_t records = 0;
+      for (const auto& f : report_files) {
+        records += files.emplace_back(ResultsFile{f, read_bench_records(f)}).records.size();
+      }
+      require_bench_records(report_files, records);
+      if (html_out.empty()) {
+        Printer out(std::cout, common.format(), result_columns());
+        for (const auto& f : files)
+          for (const auto& rec : f.records) out.print(rec);
+        out.finish();
+        return 0;
+      }
+      Report report = html_report(files);
+      if (!page) {
+        std::cout << report.html;
+        return 0;
+      }
+      writing_report(html_out, [&] {
+        page->write(report.html);
+        page->commit();
+      });
+      return 0;
+    }
     // run
     if (reps < 0 || (run_cmd->count("--warmup") && warmup < 0)) usage_error("--reps and --warmup must not be negative");
     opt.reps = reps > 0 ? reps : opt.quick ? 3 : 5;
@@ -143,14 +187,19 @@ int main(int argc, char** argv) {
     const unsigned cores = usable_cpus();
     if (opt.threads > 4 * cores) usage_error(fmt::format("--threads {} is more than 4x the {} usable cores", opt.threads, cores));
     if (opt.threads == 0) opt.threads = cores;
-    std::vector<Suite*> chosen = select_suites(names);
+    // Only comm.gloo reads --ranks, and one rank moves nothing.
+    if (opt.ranks < 2 || opt.ranks > 64) usage_error(fmt::format("--ranks {} is not from 2 to 64", opt.ranks));
+    auto unavailable = [&](const Suite& s, const std::string& why) {
+      if (!common.quiet) std::cerr << "rbench: " << s.name() << " is unavailable: " << why << '\n';
+    };
     std::vector<Suite*> runnable;
-    for (Suite* s : chosen) {
+    for (Suite* s : select_suites(names)) {
       std::string why = s->unavailable();
       if (why.empty()) runnable.push_back(s);
-      else if (!common.quiet) std::cerr << "rbench: " << s->name() << " is unavailable: " << why << '\n';
+      else unavailable(*s, why);
     }
     if (runnable.empty()) throw Error(Exit::Unavailable, "none of the suites asked for can run here", "rbench list says why");
+    for (Suite* s : runnable) s->check_options(opt);  // a bad option or variable before anything runs
     // A bad --dir is found before minutes of other suites, not after them.
     if (!opt.dir.empty()) {
       struct stat st{};
@@ -171,16 +220,19 @@ int main(int argc, char** argv) {
     Json host = host_fingerprint();
     Printer out(std::cout, common.format(), result_columns());
     bool all_correct = true;
-    for (Suite* s : runnable) {
-      check_interrupted();
-      for (const Measurement& m : s->run(opt, progress)) {
-        Json rec = bench_record(*s, m, opt, host);
-        out.print(rec);
-        if (file) file->write(to_json_line(rec) + "\n");
-        if (!m.correct) std::cerr << "rbench: warning: " << s->name() << " " << m.metric << " failed its check: " << m.check << '\n';
-        all_correct &= m.correct;
-      }
-    }
+    auto record = [&](const Suite& s, const Measurement& m) {
+      Json rec = bench_record(s, m, opt, host);
+      out.print(rec);
+      if (file) file->write(to_json_line(rec) + "\n");
+      if (!m.correct) std::cerr << "rbench: warning: " << s.name() << " " << m.metric << " failed its check: " << m.check << '\n';
+      all_correct &= m.correct;
+    };
+    // A suite that finds it cannot run after all (too little GPU memory) is skipped as one
+    // found unavailable up front; the others' results still count and -o still holds them.
+    const std::size_t finished = run_suites(runnable, opt, progress, record, unavailable);
+    if (finished == 0)
+      throw Error(Exit::Unavailable, "none of the suites asked for can run here",
+                  common.quiet ? "rbench run without -q says why" : "");
     out.finish();
     if (file) file->commit();
     return all_correct ? 0 : 1;

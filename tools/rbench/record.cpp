@@ -9,6 +9,7 @@
 
 #include "rkit/cpus.hpp"
 #include "rkit/error.hpp"
+#include "rkit/nvml.hpp"
 #include "rkit/version.hpp"
 #include "stats.hpp"
 
@@ -23,6 +24,25 @@ std::string cpu_model() {
       if (colon != std::string::npos) return line.substr(line.find_first_not_of(' ', colon + 1));
     }
   return "unknown";
+}
+
+// The GPUs (index, name, uuid, bus id, memory) and driver version NVML reports: none,
+// and a null driver, where NVML is absent (no NVIDIA driver) or fails.
+std::pair<Json, Json> gpus_and_driver() {
+  Json gpus = Json::array();
+  std::string why;
+  auto nvml = Nvml::load(why);
+  if (!nvml) return {gpus, nullptr};
+  for (int i = 0, n = nvml->device_count(); i < n; ++i) {
+    auto d = nvml->device(i);
+    gpus.push_back(Json{{"index", i},
+                        {"name", d && !d->name.empty() ? Json(d->name) : Json(nullptr)},
+                        {"uuid", d && !d->uuid.empty() ? Json(d->uuid) : Json(nullptr)},
+                        {"pci_bus_id", d && !d->pci_bus_id.empty() ? Json(d->pci_bus_id) : Json(nullptr)},
+                        {"memory_bytes", d && d->memory_bytes ? Json(*d->memory_bytes) : Json(nullptr)}});
+  }
+  std::string driver = nvml->driver_version();
+  return {gpus, driver.empty() ? Json(nullptr) : Json(driver)};
 }
 
 double unix_now() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
@@ -41,14 +61,15 @@ Json host_fingerprint() {
   char host[256] = {};
   gethostname(host, sizeof host - 1);
   long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  auto [gpus, driver] = gpus_and_driver();
   return Json{{"hostname", host},
               {"cpu_model", cpu_model()},
               {"cores", physical_cores()},
               {"hw_threads", usable_cpus()},
               {"memory_bytes", pages > 0 && page > 0 ? Json(std::uint64_t(pages) * std::uint64_t(page)) : Json(nullptr)},
               {"kernel", std::string(u.sysname) + " " + u.release},
-              {"gpus", Json::array()},
-              {"gpu_driver", nullptr},
+              {"gpus", gpus},
+              {"gpu_driver", driver},
               {"rkit_version", std::string(kVersion) + " (git " + kGitRevision + ")"}};
 }
 
@@ -99,6 +120,13 @@ std::vector<Json> read_bench_records(const std::string& path) {
     out.push_back(rec);
   }
   return out;
+}
+
+void require_bench_records(const std::vector<std::string>& paths, std::size_t records) {
+  if (records > 0) return;
+  std::string names;
+  for (const auto& p : paths) names += (names.empty() ? "" : ", ") + p;
+  throw Error(Exit::DataErr, names + ": no " + kRecordSchema + " records", "rbench run -o FILE writes them");
 }
 
 std::string measurement_key(const Json& r) {

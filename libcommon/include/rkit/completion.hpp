@@ -8,7 +8,8 @@
 //
 // What is completed: subcommands, long and short options (a subcommand's own plus
 // its parents'), the choices of options with a {a,b} validator, file names for
-// options whose value is a FILE (type_name containing "FILE") or a PATH.
+// options whose value is a file or directory: a type_name containing FILE, PATH or
+// DIR, or one that is OUT (a file to write).
 #pragma once
 
 #include <CLI/CLI.hpp>

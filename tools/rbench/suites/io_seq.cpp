@@ -112,18 +112,28 @@ std::string default_dir() {
   return tmp && *tmp ? tmp : "/tmp";
 }
 
-// The file size: the mode's default or RKIT_BENCH_IO_BYTES, a multiple of `block`,
-// shrunk to half the free space in `dir`.
-std::uint64_t file_size(const RunOptions& opt, const std::string& dir, std::uint64_t block) {
-  std::uint64_t want = opt.quick ? 256 * kMiB : 1024 * kMiB;
-  if (const char* env = std::getenv("RKIT_BENCH_IO_BYTES"); env && *env) {
-    try {
-      want = parse_size(env);
-    } catch (const Error& e) {
-      throw Error(Exit::Usage, std::string("RKIT_BENCH_IO_BYTES: ") + e.what());
-    }
-    if (want < block) throw Error(Exit::Usage, "RKIT_BENCH_IO_BYTES: at least " + format_bytes(block));
+std::vector<std::uint64_t> block_sizes(bool quick) {
+  return quick ? std::vector<std::uint64_t>{kMiB, 4 * kMiB} : std::vector<std::uint64_t>{64 << 10, kMiB, 4 * kMiB};
+}
+
+// The file size: the mode's default, or RKIT_BENCH_IO_BYTES (Error(Usage) when malformed
+// or below `block`).
+std::uint64_t file_size_asked(const RunOptions& opt, std::uint64_t block) {
+  const char* env = std::getenv("RKIT_BENCH_IO_BYTES");
+  if (!env || !*env) return opt.quick ? 256 * kMiB : 1024 * kMiB;
+  std::uint64_t want = 0;
+  try {
+    want = parse_size(env);
+  } catch (const Error& e) {
+    throw Error(Exit::Usage, std::string("RKIT_BENCH_IO_BYTES: ") + e.what());
   }
+  if (want < block) throw Error(Exit::Usage, "RKIT_BENCH_IO_BYTES: at least " + format_bytes(block));
+  return want;
+}
+
+// The file size asked, a multiple of `block`, shrunk to half the free space in `dir`.
+std::uint64_t file_size(const RunOptions& opt, const std::string& dir, std::uint64_t block) {
+  std::uint64_t want = file_size_asked(opt, block);
   struct statvfs fs {};
   if (::statvfs(dir.c_str(), &fs) != 0) throw system_error(dir, errno);
   const std::uint64_t budget = std::uint64_t{fs.f_bavail} * fs.f_frsize / 2;
@@ -143,10 +153,11 @@ class IoSeq : public Suite {
     return "sequential write (with fsync) and read of one file, O_DIRECT where allowed";
   }
 
+  void check_options(const RunOptions& opt) const override { file_size_asked(opt, block_sizes(opt.quick).back()); }
+
   std::vector<Measurement> run(const RunOptions& opt, const Progress& progress) override {
     const std::string dir = opt.dir.empty() ? default_dir() : opt.dir;
-    const auto blocks = opt.quick ? std::vector<std::uint64_t>{kMiB, 4 * kMiB}
-                                  : std::vector<std::uint64_t>{64 << 10, kMiB, 4 * kMiB};
+    const std::vector<std::uint64_t> blocks = block_sizes(opt.quick);
     const std::uint64_t file_bytes = file_size(opt, dir, blocks.back());
     ScratchFile file(dir);
     file.reserve(file_bytes);

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# rbench's fidelity against the reference tools, and the time of a quick run.
+#   - cpu.stream triad against likwid-bench's stream kernel (A = B*c + C, the same bytes
+#     counted, 1e6-byte MB) at the same thread count and the same total array size,
+#     both as bytes over total time;
+#   - io.seq against fio with the same pattern: one file, sequential, queue depth 1,
+#     O_DIRECT, each write pass ending in fsync (fio --end_fsync=1), per block size;
+#   - `rbench run --quick` over every suite that can run (the CPU ones here), which must
+#     finish within 60 s.
+# The two sides run PAIRS times back to back (default 9; which goes first alternates): this
+# VM's memory and disk speeds drift by tens of per cent between minutes, so each row's
+# value is the median of the pairs' ratios. Fidelity rows pass when
+# the ratio is within the tolerance the issue sets (±5% for stream, ±10% for I/O).
+# RKIT_BENCH_IO_DIR: where I/O runs (default /var/tmp: a real disk, not tmpfs).
+set -euo pipefail
+rbench=$RKIT_BUILD_DIR/tools/rbench/rbench
+pairs=${PAIRS:-9}
+io_dir=${RKIT_BENCH_IO_DIR:-/var/tmp}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"; rm -f "$io_dir"/rkit-bench-fio.$$' EXIT
+source "$(dirname "$0")/lib/stats.sh"
+
+# row name rkit-values-file anchor-values-file command anchor goal_min goal_max
+# The value is the median of the pairs' ratios; rkit_value and anchor_value are the sides' medians.
+row() {
+  jq -n -c --arg name "$1" --arg cmd "$4" --arg anchor "$5" --argjson r "$(median < "$2")" \
+    --argjson a "$(median < "$3")" --argjson v "$(pair_ratio_median "$2" "$3")" \
+    --argjson lo "$6" --argjson hi "$7" --argjson n "$pairs" '
+    { kind: "value", name: $name, command: $cmd, anchor: $anchor, unit: "ratio", runs: $n,
+      rkit_value: $r, anchor_value: $a, value: $v, goal_min: $lo, goal_max: $hi }'
+}
+
+# --- cpu.stream triad vs likwid-bench --------------------------------------------------
+threads=$(nproc)
+flags=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2) "
+kernel=stream_sse
+[[ $flags == *" avx2 "* && $flags == *" fma "* ]] && kernel=stream_avx_fma
+# likwid-bench reports all its iterations' bytes over their total time; rbench's samples
+# (one pass each) are put the same way: their harmonic mean.
+stream_rkit() {
+  "$rbench" -q run cpu.stream --threads "$threads" --reps 20 --json |
+    jq -r 'select(.metric == "triad") | (.samples | length) / (.samples | map(1 / .) | add)' >> "$tmp/stream.rkit"
+}
+stream_likwid() {  # likwid's size is the three arrays together; "kB" is 1000 bytes
+  likwid-bench -t "$kernel" -w "S0:$((3 * array_bytes / 1000))kB:$threads" 2>/dev/null |
+    awk '/^MByte\/s:/ {print $2 / 1000}' >> "$tmp/stream.likwid"
+}
+array_bytes=$("$rbench" -q run cpu.stream --reps 1 --warmup 0 --json | jq -r 'select(.metric == "triad") | .params.array_bytes')
+for ((i = 0; i < pairs; i++)); do  # which side goes first alternates
+  if ((i % 2 == 0)); then stream_rkit; stream_likwid; else stream_likwid; stream_rkit; fi
+done
+row cpu.stream_triad_vs_likwid "$tmp/stream.rkit" "$tmp/stream.likwid" \
+  "rbench run cpu.stream --threads $threads --reps 20 (harmonic mean of the triad samples)" \
+  "likwid-bench -t $kernel -w S0:<3 x array bytes>:$threads" 0.95 1.05
+
+# --- io.seq vs fio ----------------------------------------------------------------------
+fio_file=$io_dir/rkit-bench-fio.$$
+fio_run() {  # rw bs: one fio pass over the existing 1 GiB file, prints MB/s
+  fio --name=rkit --filename="$fio_file" --rw="$1" --bs="$2" --size=1G --direct=1 --ioengine=psync \
+    --iodepth=1 --end_fsync=1 --output-format=json 2>/dev/null | jq --arg rw "$1" '.jobs[0][$rw].bw_bytes / 1e6'
+}
+io_rkit() {
+  # rbench's warm-up pass writes the file once before the timed pass; fio gets the same.
+  "$rbench" -q run io.seq --dir "$io_dir" --reps 1 --warmup 1 --json > "$tmp/io.jsonl"
+  jq -r '"\(.metric) \(.params.block_bytes) \(.median)"' "$tmp/io.jsonl" |
+    while read -r metric block value; do echo "$value" >> "$tmp/io.rkit.$metric.$block"; done
+}
+io_fio() {
+  fio_run write 1M > /dev/null
+  for block in 65536 1048576 4194304; do
+    for rw in write read; do fio_run "$rw" "$((block / 1024))k" >> "$tmp/io.fio.$rw.$block"; done
+  done
+  rm -f "$fio_file"
+}
+for ((i = 0; i < pairs; i++)); do
+  if ((i % 2 == 0)); then io_rkit; io_fio; else io_fio; io_rkit; fi
+done
+for block in 65536 1048576 4194304; do
+  for rw in write read; do
+    row "io.seq_${rw}_$((block / 1024))k_vs_fio" "$tmp/io.rkit.$rw.$block" "$tmp/io.fio.$rw.$block" \
+      "rbench run io.seq --dir $io_dir" \
+      "fio --rw=$rw --bs=$((block / 1024))k --size=1G --direct=1 --ioengine=psync --end_fsync=1" 0.90 1.10
+  done
+done
+
+# --- a quick run of every CPU suite ------------------------------------------------------
+# GPU suites are unavailable here and skipped; on a GPU machine they are not CPU suites.
+start=$(date +%s%N)
+"$rbench" -q run --quick --json > /dev/null
+secs=$(awk -v ns="$(($(date +%s%N) - start))" 'BEGIN {print ns / 1e9}')
+jq -n -c --argjson s "$secs" '{ kind: "value", name: "rbench_quick_cpu_run", command: "rbench run --quick",
+  anchor: "the issue'"'"'s limit", unit: "s", value: $s, goal_max: 60 }'
