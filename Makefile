@@ -22,8 +22,14 @@ SHELL := /bin/bash
 
 all: build
 
+# Each target installs only the package groups it needs (make deps: all of them).
 deps:
-	@packaging/install-deps.sh
+	@packaging/install-deps.sh $(DEPS_GROUPS)
+
+test demo: DEPS_GROUPS = build tests
+bench: DEPS_GROUPS = build bench
+package: DEPS_GROUPS = build package
+gpu-check: DEPS_GROUPS = build tests
 
 $(BUILD)/CMakeCache.txt:
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null

@@ -54,8 +54,8 @@ jq -r '
     | (if .informational == true then "info: \($v)" else $v end) as $verdict
     | if .kind == "value" then
         .unit as $u
-        | [.name, (.rkit_bytes // .rkit_value | opt(if $u == "bytes" then bytes else r(4) | tostring end)),
-           (.anchor_bytes // .anchor_value | opt(if $u == "bytes" then bytes else r(4) | tostring end)),
+        | [.name, (if .rkit_bytes != null then .rkit_bytes | bytes else .rkit_value | opt(r(4) | tostring) end),
+           (if .anchor_bytes != null then .anchor_bytes | bytes else .anchor_value | opt(r(4) | tostring) end),
            (.value | num($u)), goal_text($u), $verdict]
       else
         [.name, (.median_s | secs), (.anchor_median_s | secs), (.ratio | r(3) | tostring),
