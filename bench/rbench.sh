@@ -55,20 +55,29 @@ row cpu.stream_triad_vs_likwid "$tmp/stream.rkit" "$tmp/stream.likwid" \
 
 # --- io.seq vs fio ----------------------------------------------------------------------
 fio_file=$io_dir/rkit-bench-fio.$$
-fio_run() {  # rw bs: one fio pass over the existing 1 GiB file, prints MB/s
+fio_run() {  # rw bs: one fio pass over the 1 GiB file (the first creates it), prints MB/s
   fio --name=rkit --filename="$fio_file" --rw="$1" --bs="$2" --size=1G --direct=1 --ioengine=psync \
     --iodepth=1 --end_fsync=1 --output-format=json 2>/dev/null | jq --arg rw "$1" '.jobs[0][$rw].bw_bytes / 1e6'
 }
+# Both sides make the same passes over the file per block size: one untimed write and read
+# (rbench's warm-up), then io_reps timed ones; each side's median of those is one sample.
+io_reps=3
 io_rkit() {
-  # rbench's warm-up pass writes the file once before the timed pass; fio gets the same.
-  "$rbench" -q run io.seq --dir "$io_dir" --reps 1 --warmup 1 --json > "$tmp/io.jsonl"
+  "$rbench" -q run io.seq --dir "$io_dir" --reps "$io_reps" --warmup 1 --json > "$tmp/io.jsonl"
   jq -r '"\(.metric) \(.params.block_bytes) \(.median)"' "$tmp/io.jsonl" |
     while read -r metric block value; do echo "$value" >> "$tmp/io.rkit.$metric.$block"; done
 }
 io_fio() {
-  fio_run write 1M > /dev/null
   for block in 65536 1048576 4194304; do
-    for rw in write read; do fio_run "$rw" "$((block / 1024))k" >> "$tmp/io.fio.$rw.$block"; done
+    local bs=$((block / 1024))k
+    fio_run write "$bs" > /dev/null
+    fio_run read "$bs" > /dev/null
+    : > "$tmp/fio.write" && : > "$tmp/fio.read"
+    for ((r = 0; r < io_reps; r++)); do
+      fio_run write "$bs" >> "$tmp/fio.write"
+      fio_run read "$bs" >> "$tmp/fio.read"
+    done
+    for rw in write read; do median < "$tmp/fio.$rw" >> "$tmp/io.fio.$rw.$block"; done
   done
   rm -f "$fio_file"
 }
@@ -78,8 +87,8 @@ done
 for block in 65536 1048576 4194304; do
   for rw in write read; do
     row "io.seq_${rw}_$((block / 1024))k_vs_fio" "$tmp/io.rkit.$rw.$block" "$tmp/io.fio.$rw.$block" \
-      "rbench run io.seq --dir $io_dir" \
-      "fio --rw=$rw --bs=$((block / 1024))k --size=1G --direct=1 --ioengine=psync --end_fsync=1" 0.90 1.10
+      "rbench run io.seq --dir $io_dir --reps $io_reps --warmup 1" \
+      "fio --rw=$rw --bs=$((block / 1024))k --size=1G --direct=1 --ioengine=psync --end_fsync=1, 1 warm-up + median of $io_reps" 0.90 1.10
   done
 done
 
