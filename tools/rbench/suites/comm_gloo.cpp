@@ -41,6 +41,7 @@
 #include <fstream>
 #include <iostream>
 #include <limits>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -222,63 +223,8 @@ Buffer aligned_floats(std::size_t n) {
 // and every call has a tag of its own, as in ProcessGroupGloo: a tag used again by the
 // next call makes back-to-back broadcasts and allgathers wait on each other (tens of
 // times slower at small sizes). All ranks run the same calls, so their tags agree.
-class Op {
- public:
-  virtual ~Op() = default;
-  virtual void run(std::uint32_t tag) = 0;
-};
-
-class AllreduceOp : public Op {
- public:
-  AllreduceOp(std::shared_ptr<gloo::Context> ctx, float* buf, std::size_t n) : ctx_(std::move(ctx)), buf_(buf), n_(n) {}
-  void run(std::uint32_t tag) override {
-    gloo::AllreduceOptions opts(ctx_);
-    opts.setReduceFunction(static_cast<ReduceFunc>(&gloo::sum<float>));
-    opts.setTag(tag);
-    opts.setOutput(buf_, n_);
-    gloo::allreduce(opts);
-  }
-
- private:
-  std::shared_ptr<gloo::Context> ctx_;
-  float* buf_;
-  std::size_t n_;
-};
-
-class AllgatherOp : public Op {
- public:
-  AllgatherOp(std::shared_ptr<gloo::Context> ctx, float* in, float* out, const Shape& s)
-      : ctx_(std::move(ctx)), in_(in), out_(out), shape_(s) {}
-  void run(std::uint32_t tag) override {
-    gloo::AllgatherOptions opts(ctx_);
-    opts.setInput(in_, shape_.in);
-    opts.setOutput(out_, shape_.out);
-    opts.setTag(tag);
-    gloo::allgather(opts);
-  }
-
- private:
-  std::shared_ptr<gloo::Context> ctx_;
-  float *in_, *out_;
-  Shape shape_;
-};
-
-class BroadcastOp : public Op {
- public:
-  BroadcastOp(std::shared_ptr<gloo::Context> ctx, float* buf, std::size_t n) : ctx_(std::move(ctx)), buf_(buf), n_(n) {}
-  void run(std::uint32_t tag) override {
-    gloo::BroadcastOptions opts(ctx_);
-    opts.setRoot(0);
-    opts.setTag(tag);
-    opts.setOutput(buf_, n_);
-    gloo::broadcast(opts);
-  }
-
- private:
-  std::shared_ptr<gloo::Context> ctx_;
-  float* buf_;
-  std::size_t n_;
-};
+// One collective on this rank's buffers; the argument is the call's tag.
+using Op = std::function<void(std::uint32_t)>;
 
 // reduce_scatter as a ring on Gloo's transport: the reduce-scatter half of gloo::allreduce's
 // ring, the algorithm nccl-tests' (n-1)/n factor describes. Gloo's own reduce-scatter
@@ -291,7 +237,7 @@ class BroadcastOp : public Op {
 // In n-1 steps, rank r sends block (r-s-1) mod n to r+1 and adds block (r-s-2) mod n from
 // r-1 into its own, in segments of up to 1 MiB (Gloo's) with two in flight; at least two
 // segments per block, so that a block is summed before it is sent on.
-class RingReduceScatterOp : public Op {
+class RingReduceScatterOp {
  public:
   RingReduceScatterOp(std::shared_ptr<gloo::Context> ctx, float* buf, const Shape& s)
       : ctx_(std::move(ctx)), buf_(buf), block_(s.block) {
@@ -301,7 +247,7 @@ class RingReduceScatterOp : public Op {
     tmp_.reset(new float[2 * segment_]);
   }
 
-  void run(std::uint32_t tag) override {
+  void run(std::uint32_t tag) {
     const std::size_t n = static_cast<std::size_t>(ctx_->size), r = static_cast<std::size_t>(ctx_->rank);
     if (n < 2) return;
     auto data = ctx_->createUnboundBuffer(buf_, n * block_ * sizeof(float));
@@ -347,13 +293,34 @@ class RingReduceScatterOp : public Op {
   std::unique_ptr<float[]> tmp_;
 };
 
-std::unique_ptr<Op> make_op(Collective c, const std::shared_ptr<gloo::Context>& ctx, const Shape& s, float* in,
-                            float* out) {
+Op make_op(Collective c, const std::shared_ptr<gloo::Context>& ctx, const Shape& s, float* in, float* out) {
   switch (c) {
-    case Collective::Allreduce: return std::make_unique<AllreduceOp>(ctx, in, s.in);
-    case Collective::Allgather: return std::make_unique<AllgatherOp>(ctx, in, out, s);
-    case Collective::ReduceScatter: return std::make_unique<RingReduceScatterOp>(ctx, in, s);
-    case Collective::Broadcast: return std::make_unique<BroadcastOp>(ctx, in, s.in);
+    case Collective::Allreduce:
+      return [ctx, in, n = s.in](std::uint32_t tag) {
+        gloo::AllreduceOptions opts(ctx);
+        opts.setReduceFunction(static_cast<ReduceFunc>(&gloo::sum<float>));
+        opts.setTag(tag);
+        opts.setOutput(in, n);
+        gloo::allreduce(opts);
+      };
+    case Collective::Allgather:
+      return [ctx, in, out, s](std::uint32_t tag) {
+        gloo::AllgatherOptions opts(ctx);
+        opts.setInput(in, s.in);
+        opts.setOutput(out, s.out);
+        opts.setTag(tag);
+        gloo::allgather(opts);
+      };
+    case Collective::ReduceScatter:
+      return [ring = std::make_shared<RingReduceScatterOp>(ctx, in, s)](std::uint32_t tag) { ring->run(tag); };
+    case Collective::Broadcast:
+      return [ctx, in, n = s.in](std::uint32_t tag) {
+        gloo::BroadcastOptions opts(ctx);
+        opts.setRoot(0);
+        opts.setTag(tag);
+        opts.setOutput(in, n);
+        gloo::broadcast(opts);
+      };
   }
   throw Error(Exit::Software, "comm.gloo: unknown collective");
 }
@@ -401,14 +368,14 @@ void run_rank(const RankPlan& plan, const std::function<void(const Json&)>& emit
       if (lead) emit(Json{{"event", "start"}, {"collective", collective_name(c)}, {"bytes", shape.bytes}});
       Buffer in = aligned_floats(shape.in);
       Buffer out = shape.out ? aligned_floats(shape.out) : Buffer();
-      std::unique_ptr<Op> op = make_op(c, ctx, shape, in.get(), out.get());
+      const Op op = make_op(c, ctx, shape, in.get(), out.get());
 
       std::vector<double> sums;  // this rank's seconds per collective, per timed sample
       for (int k = 0; k < plan.warmup + plan.reps; ++k) {
         fill_buffers(c, plan.rank, shape, kTimingSeed, in.get(), out.get());
         barrier(ctx, tag++);
         const auto t0 = Clock::now();
-        for (int i = 0; i < iters; ++i) op->run(tag++);
+        for (int i = 0; i < iters; ++i) op(tag++);
         const double s = std::chrono::duration<double>(Clock::now() - t0).count() / iters;
         if (k >= plan.warmup) sums.push_back(s);
         if (lead) emit(Json{{"event", "sample"}});
@@ -416,7 +383,7 @@ void run_rank(const RankPlan& plan, const std::function<void(const Json&)>& emit
       // nccl-tests' check: fresh inputs, one more collective, every element compared.
       fill_buffers(c, plan.rank, shape, kCheckSeed, in.get(), out.get());
       barrier(ctx, tag++);
-      op->run(tag++);
+      op(tag++);
       sums.push_back(static_cast<double>(count_wrong(c, plan.rank, plan.ranks, shape, in.get(), out.get(), kCheckSeed)));
       sums.push_back(static_cast<double>(checked_elements(c, shape)));
       allreduce_sum(ctx, sums, tag++);  // times summed over ranks (then / ranks), counts totalled: exact below 2^53
