@@ -1,13 +1,17 @@
 // rbench io.seq: a quick run on a small file (RKIT_BENCH_IO_BYTES) measures both
 // directions, reads back what it wrote and leaves nothing behind; a directory it cannot
-// use is an rkit::Error with the documented exit code.
+// use is an rkit::Error with the documented exit code; the block pattern catches a page
+// from another block or pass, and a changed byte.
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "suites/io_seq.hpp"
 #include "suite.hpp"
 #include "test_support.hpp"
 
@@ -57,6 +61,33 @@ TEST(RbenchIoSeq, QuickRunMeasuresBothDirectionsAndVerifies) {
     EXPECT_FALSE(m.peak.has_value());
   }
   EXPECT_TRUE(dir.entries().empty()) << "the benchmark file was left behind";
+}
+
+TEST(RbenchIoSeq, BlockPatternCatchesMisplacedStaleAndChangedData) {
+  const io::BlockPattern pat(64 << 10);
+  ASSERT_EQ(pat.words(), std::size_t{8192});
+  std::vector<std::uint64_t> buf(pat.words());
+  pat.reset(buf.data());
+  pat.stamp(buf.data(), 2, 7);
+  EXPECT_TRUE(pat.stamps_ok(buf.data(), 2, 7));
+  EXPECT_TRUE(pat.all_ok(buf.data(), 2, 7));
+  EXPECT_FALSE(pat.stamps_ok(buf.data(), 2, 8));  // another block's place
+  EXPECT_FALSE(pat.stamps_ok(buf.data(), 3, 7));  // left from an earlier pass
+  EXPECT_FALSE(io::BlockPattern(1 << 20).stamps_ok(buf.data(), 2, 7));  // another block size's pass
+
+  // One page of block 7 swapped with the same page of block 8: the stamps catch it.
+  std::vector<std::uint64_t> other(pat.words());
+  pat.reset(other.data());
+  pat.stamp(other.data(), 2, 8);
+  const std::size_t page = 5 * io::BlockPattern::kPageWords;
+  std::vector<std::uint64_t> torn = buf;
+  std::copy_n(other.begin() + page, io::BlockPattern::kPageWords, torn.begin() + page);
+  EXPECT_FALSE(pat.stamps_ok(torn.data(), 2, 7));
+
+  // A flipped bit away from the stamps passes the per-pass check, not the final one.
+  buf[page + 3] ^= 1;
+  EXPECT_TRUE(pat.stamps_ok(buf.data(), 2, 7));
+  EXPECT_FALSE(pat.all_ok(buf.data(), 2, 7));
 }
 
 TEST(RbenchIoSeq, MissingDirectoryIsNoInput) {

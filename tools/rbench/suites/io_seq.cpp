@@ -18,14 +18,21 @@
 // drops the file's pages with posix_fadvise(DONTNEED) after the fsync, before reading
 // (params "cache_dropped": whether the kernel accepted it).
 //
-// Correctness: word w of block b in pass p is base[w] ^ key(p, b), so a block that comes
-// back from elsewhere in the file or from an earlier pass counts as wrong.
+// Correctness, as fio's verify headers do it: the blocks hold a fixed pattern whose first
+// word in every 4 KiB page is a stamp of the pass, the block and the page. Each timed read
+// checks the stamps, so a page that comes back from elsewhere in the file or from an
+// earlier pass counts as wrong; after the last pass one untimed read compares every byte.
+// Stamping and checking 16 words per 64 KiB instead of filling and comparing the whole
+// block keeps the CPU work between the timed calls as small as fio's: on these VMs, a full
+// pass over the block between calls slowed the calls themselves (64 KiB reads ~10%).
 //
 // Space: the file takes at most half the directory's free space. With less, it shrinks to
 // fit (params "file_bytes" says what was used); below 64 MiB the suite throws
 // Error(IoErr, "...: not enough space"). RKIT_BENCH_IO_BYTES (a size such as "8M")
 // overrides the file size, rounded down to a multiple of the largest block; the unit
 // tests use it. The file is removed on every way out, Ctrl-C included.
+#include "io_seq.hpp"
+
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/statvfs.h>
@@ -47,6 +54,38 @@
 #include "rkit/interrupt.hpp"
 #include "rkit/units.hpp"
 #include "suite.hpp"
+
+namespace rkit::rbench::io {
+
+BlockPattern::BlockPattern(std::uint64_t block_bytes)
+    : block_bytes_(block_bytes), base_(block_bytes / sizeof(std::uint64_t)) {
+  for (std::size_t w = 0; w < base_.size(); ++w) base_[w] = mix64(w + 1);
+}
+
+std::uint64_t BlockPattern::page_stamp(int pass, std::uint64_t block, std::size_t page) const {
+  return mix64(mix64((std::uint64_t(pass) << 32) ^ block_bytes_) ^ block) + page;
+}
+
+void BlockPattern::reset(std::uint64_t* buf) const { std::copy(base_.begin(), base_.end(), buf); }
+
+void BlockPattern::stamp(std::uint64_t* buf, int pass, std::uint64_t block) const {
+  for (std::size_t w = 0; w < base_.size(); w += kPageWords) buf[w] = page_stamp(pass, block, w / kPageWords);
+}
+
+bool BlockPattern::stamps_ok(const std::uint64_t* buf, int pass, std::uint64_t block) const {
+  for (std::size_t w = 0; w < base_.size(); w += kPageWords)
+    if (buf[w] != page_stamp(pass, block, w / kPageWords)) return false;
+  return true;
+}
+
+bool BlockPattern::all_ok(const std::uint64_t* buf, int pass, std::uint64_t block) const {
+  if (!stamps_ok(buf, pass, block)) return false;
+  for (std::size_t w = 0; w < base_.size(); ++w)
+    if (w % kPageWords != 0 && buf[w] != base_[w]) return false;
+  return true;
+}
+
+}  // namespace rkit::rbench::io
 
 namespace rkit::rbench {
 namespace {
@@ -178,10 +217,8 @@ class IoSeq : public Suite {
   // The "write" and "read" measurements of one block size.
   static std::vector<Measurement> measure(const RunOptions& opt, const ScratchFile& file, std::uint64_t block,
                                           std::uint64_t file_bytes) {
-    const std::size_t words = block / sizeof(std::uint64_t);
     const std::uint64_t nblocks = file_bytes / block;
-    std::vector<std::uint64_t> base(words);
-    for (std::size_t w = 0; w < words; ++w) base[w] = mix64(w + 1);
+    const io::BlockPattern pattern(block);
     auto buffer = ScratchFile::aligned(block);
     auto* buf = static_cast<std::uint64_t*>(buffer.get());
 
@@ -191,15 +228,14 @@ class IoSeq : public Suite {
     write.unit = read.unit = "MB/s";
     std::uint64_t mismatches = 0;
     bool cache_dropped = false;
-    for (int pass = 0; pass < opt.warmup + opt.reps; ++pass) {
+    const int passes = opt.warmup + opt.reps;
+    for (int pass = 0; pass < passes; ++pass) {
       check_interrupted();  // Ctrl-C unwinds here, and ScratchFile removes the file
-      const std::uint64_t pass_key = mix64((std::uint64_t(pass) << 32) ^ block);
-      auto key = [pass_key](std::uint64_t b) { return mix64(pass_key ^ b); };
+      pattern.reset(buf);
       double write_s = 0;
       if (::lseek(file.fd(), 0, SEEK_SET) < 0) throw system_error("seek " + file.path(), errno);
       for (std::uint64_t b = 0; b < nblocks; ++b) {
-        const std::uint64_t k = key(b);
-        for (std::size_t w = 0; w < words; ++w) buf[w] = base[w] ^ k;
+        pattern.stamp(buf, pass, b);
         auto t = std::chrono::steady_clock::now();
         write_full(file.fd(), buf, block, file.path());
         write_s += seconds(t);
@@ -218,18 +254,25 @@ class IoSeq : public Suite {
           mismatches += nblocks - b;
           break;
         }
-        const std::uint64_t k = key(b);
-        mismatches += !std::equal(buf, buf + words, base.begin(),
-                                  [k](std::uint64_t word, std::uint64_t base_word) { return word == (base_word ^ k); });
+        mismatches += !pattern.stamps_ok(buf, pass, b);
       }
       if (pass >= opt.warmup) {
         write.samples.push_back(double(file_bytes) / 1e6 / write_s);
         read.samples.push_back(double(file_bytes) / 1e6 / read_s);
       }
     }
+    // One untimed read of the last pass's blocks, every byte compared.
+    for (std::uint64_t b = 0; b < nblocks; ++b) {
+      if (pread_full(file.fd(), buf, block, b * block, file.path()) < block) {
+        mismatches += nblocks - b;
+        break;
+      }
+      mismatches += !pattern.all_ok(buf, passes - 1, b);
+    }
     for (Measurement* m : {&write, &read}) {
       m->correct = mismatches == 0;
-      m->check = fmt::format("every block read back as written ({} blocks)", nblocks);
+      m->check = fmt::format("every block read back as written ({} blocks; page stamps each pass, all bytes at the end)",
+                             nblocks);
       if (mismatches) m->check += fmt::format(": {} mismatched", mismatches);
       m->params = {{"block_bytes", block}, {"file_bytes", file_bytes}, {"direct", file.direct()},
                    {"cache_dropped", cache_dropped}};
