@@ -56,18 +56,25 @@ std::vector<RankPlacement> place(const Topology& t, const PlaceRequest& req) {
   if (req.ranks < 1) throw Error(Exit::Usage, "--ranks must be at least 1");
   if (req.gpus_per_rank < 0) throw Error(Exit::Usage, "--gpus-per-rank must not be negative");
   if (req.cpus_per_rank && *req.cpus_per_rank < 1) throw Error(Exit::Usage, "--cpus-per-rank must be at least 1");
-  const int total_cores = static_cast<int>(t.cores.size());
+  const std::set<int> busy_cores(req.busy_cores.begin(), req.busy_cores.end());
+  const std::set<int> busy_gpus(req.busy_gpus.begin(), req.busy_gpus.end());
+  const bool some_busy = !busy_cores.empty() || !busy_gpus.empty();
+  const char* has = some_busy ? "has free" : "has";
+  int total_cores = 0;
+  for (const auto& core : t.cores) total_cores += !busy_cores.count(core.index);
+  int total_gpus = 0;
+  for (const auto& gpu : t.gpus) total_gpus += !busy_gpus.count(gpu.index);
   const int n = req.ranks;
   const int c = req.cpus_per_rank.value_or(total_cores / n);
   if (c < 1 || static_cast<long>(n) * c > total_cores)
     throw Error(Exit::DataErr,
-                fmt::format("not enough cores: {} ranks × {} cores need {}, the topology has {}", n,
-                            std::max(c, 1), static_cast<long>(n) * std::max(c, 1), total_cores));
+                fmt::format("not enough cores: {} ranks × {} cores need {}, the topology {} {}", n,
+                            std::max(c, 1), static_cast<long>(n) * std::max(c, 1), has, total_cores));
   const int g = req.gpus_per_rank;
-  if (static_cast<long>(n) * g > static_cast<long>(t.gpus.size()))
+  if (static_cast<long>(n) * g > total_gpus)
     throw Error(Exit::DataErr,
-                fmt::format("not enough GPUs: {} ranks × {} GPUs need {}, the topology has {}", n, g,
-                            static_cast<long>(n) * g, t.gpus.size()),
+                fmt::format("not enough GPUs: {} ranks × {} GPUs need {}, the topology {} {}", n, g,
+                            static_cast<long>(n) * g, has, total_gpus),
                 t.gpus.empty() ? "--gpus FILE adds GPUs from a fixture" : "");
 
   // Free cores per NUMA node, in core order; node order as the topology lists them.
@@ -75,7 +82,9 @@ std::vector<RankPlacement> place(const Topology& t, const PlaceRequest& req) {
   std::map<int, std::vector<int>> free_cores;
   for (const auto& node : t.numa_nodes) {
     node_ids.push_back(node.os_index);
-    free_cores[node.os_index] = node.cores;
+    auto& pool = free_cores[node.os_index];
+    for (int core : node.cores)
+      if (!busy_cores.count(core)) pool.push_back(core);
   }
   auto take = [&](int node, int count, std::vector<int>& into) {
     auto& pool = free_cores[node];
@@ -96,7 +105,8 @@ std::vector<RankPlacement> place(const Topology& t, const PlaceRequest& req) {
   // take a rank when it has G free GPUs and C free cores; failing that, a node with G
   // free GPUs (the cores then come from elsewhere, and the record says numa_local false).
   std::map<int, std::vector<int>> gpus_by_node;
-  for (const auto& gpu : t.gpus) gpus_by_node[gpu.numa_node.value_or(-1)].push_back(gpu.index);
+  for (const auto& gpu : t.gpus)
+    if (!busy_gpus.count(gpu.index)) gpus_by_node[gpu.numa_node.value_or(-1)].push_back(gpu.index);
   std::vector<int> order;
   if (g == 0) {
     order = node_ids;

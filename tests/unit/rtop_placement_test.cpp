@@ -254,5 +254,28 @@ TEST(RtopPlacement, GpuRanksGoWhereTheirCoresAreFree) {
   EXPECT_FALSE(tight[2].numa_local);
 }
 
+TEST(RtopPlacement, BusyCoresAndGpusAreLeftAlone) {
+  // A scheduler places a job beside running ones: GPUs 0 and 1 and cores 0-5 are taken.
+  Topology t = dgx();
+  PlaceRequest req = request(2, 2, 1);
+  req.busy_cores = {0, 1, 2, 3, 4, 5};
+  req.busy_gpus = {0, 1};
+  auto ps = place(t, req);
+  expect_consistent(t, ps);
+  for (const auto& p : ps) {
+    for (int c : p.cores) EXPECT_GE(c, 6) << "rank " << p.rank << " got busy core " << c;
+    for (int g : p.gpus) EXPECT_GE(g, 2) << "rank " << p.rank << " got busy GPU " << g;
+  }
+  // Short of free GPUs: the message counts the free ones.
+  req.busy_gpus = {0, 1, 2, 3};
+  try {
+    place(t, req);
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Exit::DataErr);
+    EXPECT_TRUE(contains(e.what(), "has free 1")) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace rkit

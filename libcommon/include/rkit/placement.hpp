@@ -36,6 +36,10 @@ struct PlaceRequest {
   std::optional<int> cpus_per_rank;  // cores per rank; default: an equal share of all cores
   int gpus_per_rank = 0;
   Policy policy = Policy::Pack;
+  // Cores (logical indices) and GPUs (indices) that others hold: placement uses the
+  // rest, so a scheduler can place a job beside running ones. Unknown indices are ignored.
+  std::vector<int> busy_cores;
+  std::vector<int> busy_gpus;
 };
 
 struct RankPlacement {
@@ -52,7 +56,8 @@ struct RankPlacement {
 };
 
 // Throws Error(Usage) for ranks < 1 or negative counts, Error(DataErr) when the
-// topology is short of cores or GPUs (the message says what is short).
+// topology (less the busy cores and GPUs) is short of cores or GPUs (the message says
+// what is short).
 std::vector<RankPlacement> place(const Topology& topology, const PlaceRequest& request);
 
 }  // namespace rkit
