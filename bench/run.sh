@@ -5,7 +5,7 @@
 #   timing (kind absent or "timing"): name, command, anchor, runs, median_s, stddev_s,
 #     anchor_median_s, anchor_stddev_s, goal_ratio (tool time / anchor time must stay at
 #     or under it), optionally goal_max_s (the tool's median must also stay at or under it)
-#   value (kind "value"): name, command, anchor, value, unit ("ratio", "bytes" or "s"),
+#   value (kind "value"): name, command, anchor, value, unit ("ratio", "bytes", "s" or "ms"),
 #     goal_max (value must stay at or under it) and/or goal_min (at or over it),
 #     optionally rkit_bytes and anchor_bytes, or rkit_value and anchor_value
 # A row with informational: true is reported but never fails the run.
@@ -44,7 +44,8 @@ jq -r '
   def bytes: if . >= 1073741824 then "\(. / 1073741824 | r(2)) GiB"
              elif . >= 1048576 then "\(. / 1048576 | r(1)) MiB"
              elif . >= 1024 then "\(. / 1024 | r(1)) KiB" else "\(.) B" end;
-  def num($u): if $u == "bytes" then bytes elif $u == "s" then secs else r(3) | tostring end;
+  def num($u): if $u == "bytes" then bytes elif $u == "s" then secs elif $u == "ms" then "\(r(2)) ms"
+               else r(3) | tostring end;
   def goal_text($u): if .goal_min != null and .goal_max != null then "\(.goal_min | num($u))–\(.goal_max | num($u))"
                  elif .goal_min != null then "≥ \(.goal_min | num($u))" else "≤ \(.goal_max | num($u))" end;
   def opt(f): if . == null then "-" else f end;

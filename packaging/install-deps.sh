@@ -13,15 +13,17 @@ build=(
   libhwloc-dev
   libzstd-dev libarchive-dev libxxhash-dev
   libopenblas-dev libgloo-dev
+  libsqlite3-dev
 )
 tests=(
   libgtest-dev googletest
   bats bats-assert bats-support bats-file
   jq hwloc zsh fish groff-base
-  python3 python3-numpy python3-xxhash zstd
+  python3 python3-numpy python3-xxhash zstd sqlite3
   chromium
 )
-bench=(hyperfine bsdextrautils time zstd python3 python3-numpy fio likwid python3-torch libopenblas0)
+bench=(hyperfine bsdextrautils time zstd python3 python3-numpy fio likwid python3-torch libopenblas0
+  slurmctld slurmd slurm-client munge)  # bench/rsub.sh starts a single-node Slurm
 package=(dpkg-dev file)   # CPack's .deb generator runs dpkg-shlibdeps
 fuzz=(clang libclang-rt-14-dev)
 

@@ -78,7 +78,8 @@ void collect(const CLI::App& app, const std::string& path, std::vector<OptionInf
   for (const CLI::Option* opt : app.get_options())
     if (opt->get_lnames().empty() && opt->get_snames().empty() && !opt->get_group().empty())
       level.has_positionals = true;
-  auto subs = app.get_subcommands([](const CLI::App*) { return true; });
+  // Subcommands in no group are hidden (internal entry points), as options are.
+  auto subs = app.get_subcommands([](const CLI::App* sub) { return !sub->get_group().empty(); });
   for (const CLI::App* sub : subs) level.subcommands.emplace_back(sub->get_name(), sub->get_description());
   out.push_back(level);
   for (const CLI::App* sub : subs)

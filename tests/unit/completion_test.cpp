@@ -34,6 +34,7 @@ class CompletionTest : public ::testing::Test {
     place_->add_flag("--dry-run", dry_run_, "Only print the plan");
     place_->add_option("specs", specs_, "Job spec files");
     app_.add_subcommand("matrix", "Print the GPU link matrix");
+    app_.add_subcommand("_internal", "Not for users")->group("");
   }
 
   CLI::App app_;
@@ -97,6 +98,7 @@ TEST_F(CompletionTest, BashScriptNamesSubcommandsOptionsAndChoices) {
   EXPECT_TRUE(contains(s, "'pack spread'")) << s;
   EXPECT_TRUE(contains(s, "--dry-run")) << s;
   EXPECT_FALSE(contains(s, "--secret")) << "hidden option completed";
+  EXPECT_FALSE(contains(s, "_internal")) << "hidden subcommand completed";
 }
 
 TEST_F(CompletionTest, BashScriptIsValidBash) {

@@ -1,0 +1,363 @@
+#!/usr/bin/env bats
+# rsub end to end: each test has its own state directory, configuration ([local]: 2 cores,
+# 2 GPUs that are only indices) and daemon, started by the first submit and stopped by
+# pid in teardown, with every job it left running.
+bats_require_minimum_version 1.5.0
+
+setup() {
+  load helpers
+  cd "$BATS_TEST_TMPDIR"
+  export RKIT_STATE_DIR=$BATS_TEST_TMPDIR/state
+  export RKIT_CONFIG=$BATS_TEST_TMPDIR/rkit.toml
+  printf '[local]\ncpus = 2\ngpus = 2\nmemory = "4G"\n' > "$RKIT_CONFIG"
+}
+
+teardown() {
+  local dir=$RKIT_STATE_DIR/rsub lock pid
+  # Supervisors first (they end their tasks on SIGTERM), then the daemon.
+  for lock in "$dir"/run/*.lock; do
+    [[ -e $lock ]] || continue
+    pid=$(cat "$lock" 2>/dev/null)
+    [[ -n $pid ]] && kill -TERM "$pid" 2>/dev/null || true
+  done
+  if [[ -f $dir/daemon.pid ]]; then
+    pid=$(cat "$dir/daemon.pid")
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  fi
+}
+
+# The daemon's pid, once it has written it (at most 5 s after the first submit).
+daemon_pid() {
+  local file=$RKIT_STATE_DIR/rsub/daemon.pid
+  for _ in $(seq 50); do [[ -s $file ]] && break; sleep 0.1; done
+  cat "$file"
+}
+
+# Waits until job $1 is in state $2 (at most 10 s).
+wait_state() {
+  for _ in $(seq 100); do
+    [[ $(rsub show "$1" --json | jq -r .state) == "$2" ]] && return 0
+    sleep 0.1
+  done
+  rsub show "$1" >&2
+  return 1
+}
+
+@test "rsub -- CMD runs it: id on stdout, wait gives its exit code, logs its output" {
+  run rsub -- sh -c 'echo hello from $RSUB_JOB_ID'
+  assert_success
+  [[ $output =~ ^[0-9]+$ ]]
+  id=$output
+  run rsub wait "$id"
+  assert_success
+  run rsub logs "$id"
+  assert_output "hello from $id"
+  run rsub ls --all --json
+  echo "$output" | jq -e --arg id "$id" 'select(.id == $id) | .schema == "rkit.job.v1" and .state == "COMPLETED"
+                                         and .exit_code == 0 and .attempts == 1 and .start_unix_s >= .submit_unix_s'
+  run rsub -- sh -c 'echo oops >&2; exit 3'
+  id=$output
+  run rsub wait "$id"
+  assert_failure 3
+  run rsub logs --err "$id"
+  assert_output "oops"
+  run rsub show "$id" --json
+  echo "$output" | jq -e '.state == "FAILED" and .reason == "NonZeroExitCode 3"'
+}
+
+@test "a gang's tasks start together on disjoint cores and GPUs, with the rank environment" {
+  id=$(rsub --tasks 2 -c 1 -g 1 -- sh -c 'echo "$RSUB_TASK_ID/$RSUB_NTASKS gpu=$CUDA_VISIBLE_DEVICES cpus=$(taskset -cp $$ | sed "s/.*: //")"')
+  run rsub wait "$id"
+  assert_success
+  t0=$(rsub logs "$id" --task 0)
+  t1=$(rsub logs "$id" --task 1)
+  [[ $t0 =~ ^0/2\ gpu=([01])\ cpus=([01])$ ]]
+  g0=${BASH_REMATCH[1]} c0=${BASH_REMATCH[2]}
+  [[ $t1 =~ ^1/2\ gpu=([01])\ cpus=([01])$ ]]
+  [[ ${BASH_REMATCH[1]} != "$g0" && ${BASH_REMATCH[2]} != "$c0" ]]
+  run rsub show "$id" --json
+  echo "$output" | jq -e '(.alloc | length) == 2 and .alloc[0].gpus != .alloc[1].gpus'
+}
+
+@test "submit JOB.toml: flags override the spec; a bad spec is 65 with file:line" {
+  printf 'name = "from-file"\ncommand = ["sh", "-c", "echo $GREETING"]\nenv = { GREETING = "hi" }\n' > job.toml
+  id=$(rsub submit job.toml -e GREETING=override -n flagged)
+  rsub wait "$id"
+  run rsub logs "$id"
+  assert_output "override"
+  run rsub show "$id" --json
+  echo "$output" | jq -e '.name == "flagged"'
+  # Flags before the file, and before `submit`, count as well.
+  id=$(rsub -t desk-b submit -e GREETING=first job.toml)
+  rsub wait "$id"
+  run rsub logs "$id"
+  assert_output "first"
+  rsub show "$id" --json | jq -e '.tenant == "desk-b"'
+  printf 'command = ["true"]\n[resources]\ntasks = 0\n' > bad.toml
+  run --separate-stderr rsub submit bad.toml
+  assert_failure 65
+  assert_one_line_stderr
+  [[ $stderr == *"bad.toml:3"*"tasks"* ]]
+  run --separate-stderr rsub submit missing.toml
+  assert_failure 66
+  run --separate-stderr rsub --tasks 0 -- true
+  assert_failure 64
+  [[ $stderr == *"--tasks"* ]]
+  run --separate-stderr rsub -- true --no-such
+  assert_success  # after --, everything is the command's
+  run --separate-stderr rsub --no-such-flag -- true
+  assert_failure 64
+  run --separate-stderr rsub -c 4 -- true
+  assert_failure 65  # more cores than the machine has
+  [[ $stderr == *"cores"* ]]
+}
+
+@test "time limit: SIGTERM to the job, state TIMEOUT, wait exits 124" {
+  id=$(rsub --time 1s -- sleep 30)
+  run rsub wait "$id"
+  assert_failure 124
+  run rsub show "$id" --json
+  echo "$output" | jq -e '.state == "TIMEOUT" and .elapsed_s < 10'
+}
+
+@test "retries: an exit code in --retry-on runs it again, up to the limit" {
+  id=$(rsub --retries 2 --retry-on 75 -- sh -c 'n=$(cat count 2>/dev/null || echo 0); echo $((n + 1)) > count; [ $n -ge 1 ] || exit 75')
+  run rsub wait "$id"
+  assert_success
+  [[ $(cat count) == 2 ]]
+  run rsub show "$id" --json
+  echo "$output" | jq -e '.state == "COMPLETED" and .attempts == 2'
+  id=$(rsub --retries 1 --retry-on 75 -- sh -c 'exit 75')
+  run rsub wait "$id"
+  assert_failure 75
+  rsub show "$id" --json | jq -e '.attempts == 2 and .state == "FAILED"'
+  id=$(rsub --retries 3 --retry-on 75 -- sh -c 'exit 4')  # not a retry code
+  run rsub wait "$id"
+  assert_failure 4
+  rsub show "$id" --json | jq -e '.attempts == 1'
+}
+
+@test "hold and release; cancel of pending and running jobs; wait after cancel exits 143" {
+  id=$(rsub --hold -- echo held)
+  run rsub show "$id" --json
+  echo "$output" | jq -e '.state == "PENDING" and .held and .reason == "JobHeldUser"'
+  sleep 1.2  # a daemon pass: still held
+  wait_state "$id" PENDING
+  rsub release "$id"
+  run rsub wait "$id"
+  assert_success
+  run --separate-stderr rsub hold "$id"
+  assert_success
+  [[ $stderr == *"not pending"* ]]
+  long=$(rsub -- sleep 30)
+  wait_state "$long" RUNNING
+  rsub cancel "$long"
+  run rsub wait "$long"
+  assert_failure 143
+  run rsub show "$long" --json
+  echo "$output" | jq -e '.state == "CANCELLED" and (.reason | startswith("cancelled by"))'
+  pending=$(rsub --hold -- true)
+  rsub cancel "$pending"
+  rsub show "$pending" --json | jq -e '.state == "CANCELLED" and .start_unix_s == null'
+}
+
+@test "dependencies: afterok waits for success; a failed dependency fails the job; afterany runs" {
+  first=$(rsub -- sleep 1)
+  ok=$(rsub -d "afterok:$first" -- echo after)
+  wait_state "$ok" PENDING
+  rsub show "$ok" --json | jq -e '.reason == "Dependency"'
+  run rsub wait "$ok"
+  assert_success
+  run rsub show "$first" --json
+  first_end=$(echo "$output" | jq .end_unix_s)
+  rsub show "$ok" --json | jq -e --argjson e "$first_end" '.start_unix_s >= $e'
+  bad=$(rsub -- false)
+  never=$(rsub -d "afterok:$bad" -- echo never)
+  any=$(rsub -d "afterany:$bad" -- echo any)
+  run rsub wait "$never"
+  assert_failure 1
+  rsub show "$never" --json | jq -e '.state == "FAILED" and (.reason | startswith("DependencyNeverSatisfied")) and .start_unix_s == null'
+  run rsub wait "$any"
+  assert_success
+  # On an array: after all of its elements (Slurm's rule), not just the first.
+  arr=$(rsub --array 0-2 -- sh -c 'sleep 0.$((3 * RSUB_ARRAY_INDEX))')
+  after=$(rsub -d "afterok:$arr" -- true)
+  run rsub wait "$after"
+  assert_success
+  last_end=$(rsub ls --all --json | jq -s --arg p "$arr" 'map(select(.array_parent == ($p | tonumber)) | .end_unix_s) | max')
+  rsub show "$after" --json | jq -e --argjson e "$last_end" '.start_unix_s >= $e'
+}
+
+@test "arrays: one job per index, at most N at once, each with its index" {
+  id=$(rsub --array 0-5%2 -- sh -c 'echo $RSUB_ARRAY_INDEX; sleep 0.3')
+  run rsub ls --all --json
+  [[ $(echo "$output" | jq -s 'length') -eq 6 ]]
+  run rsub wait "$id"
+  assert_success
+  for i in 0 1 2 3 4 5; do
+    run rsub logs "${id}_$i"
+    assert_output "$i"
+  done
+  # Never more than 2 running at once: at each element's start, at most 2 are running.
+  rsub ls --all --json | jq -e -s '[.[] | {s: .start_unix_s, e: .end_unix_s}] as $j
+      | all($j[]; . as $a | [$j[] | select(.s <= $a.s and .e > $a.s)] | length <= 2)'
+}
+
+@test "why names the short resource, the job that must finish first, the priority" {
+  printf '[local]\ncpus = 2\ngpus = 1\n' > "$RKIT_CONFIG"
+  first=$(rsub -g 1 --time 1m -- sleep 30)
+  wait_state "$first" RUNNING
+  second=$(rsub -g 1 -- true)
+  sleep 1.2
+  run rsub why "$second"
+  assert_success
+  assert_line --index 0 "job $second: PENDING (Resources)"
+  assert_output --partial "GPU"
+  assert_output --partial "must finish first: $first"
+  assert_output --partial "priority"
+  run rsub why "$second" --json
+  echo "$output" | jq -e --arg f "$first" '.schema == "rkit.job.why.v1" and .reason == "Resources"
+                                          and (.waits_for | map(tostring) | index($f)) != null and .position == 1'
+  run rsub status --json
+  echo "$output" | jq -e -s 'map(select(.tenant == "*"))[0] | .running == 1 and .pending == 1 and .gpus_in_use == 1 and .gpus_total == 1'
+  rsub cancel "$first"
+  run rsub wait "$second"
+  assert_success
+}
+
+@test "quotas: a tenant at its GPU limit waits with TenantGpuLimit" {
+  printf '[local]\ncpus = 2\ngpus = 2\n[rsub.tenants.desk]\nmax_gpus = 1\n' > "$RKIT_CONFIG"
+  a=$(rsub -t desk -g 1 -- sleep 30)
+  b=$(rsub -t desk -g 1 -- true)
+  c=$(rsub -t other -g 1 -- true)
+  run rsub wait "$c"
+  assert_success
+  wait_state "$a" RUNNING
+  rsub show "$b" --json | jq -e '.state == "PENDING" and .reason == "TenantGpuLimit"'
+  rsub cancel "$a"
+  run rsub wait "$b"
+  assert_success
+}
+
+@test "fair share: tenants with shares 3:1 on one GPU get about 3:1 of it" {
+  printf '[local]\ncpus = 2\ngpus = 1\n[rsub.tenants.a]\nshares = 3\n[rsub.tenants.b]\nshares = 1\n' > "$RKIT_CONFIG"
+  ids=()
+  for i in $(seq 12); do
+    ids+=("$(rsub --hold -t a -g 1 -- sleep 0.25)" "$(rsub --hold -t b -g 1 -- sleep 0.25)")
+  done
+  rsub release "${ids[@]}"
+  # The first 16 to finish: about 12 of a and 4 of b.
+  for _ in $(seq 200); do
+    [[ $(rsub ls --all --state COMPLETED --json | jq -s length) -ge 16 ]] && break
+    sleep 0.1
+  done
+  a=$(rsub ls --all --state COMPLETED --json | jq -s 'sort_by(.end_unix_s) | .[:16] | map(select(.tenant == "a")) | length')
+  echo "tenant a got $a of the first 16" >&3
+  ((a >= 10 && a <= 14))
+  rsub cancel "${ids[@]}" 2> /dev/null
+}
+
+@test "ownership: another user's cancel, hold and release are refused with 77" {
+  # A shared state directory that user nobody can reach (the test's own is private).
+  shared=$(mktemp -d /tmp/rsub-shared.XXXXXX)
+  chmod 755 "$shared"
+  export RKIT_STATE_DIR=$shared/state RKIT_CONFIG=$shared/rkit.toml
+  cp "$BATS_TEST_TMPDIR/rkit.toml" "$RKIT_CONFIG"
+  id=$(rsub --hold -- true)
+  chmod -R a+rwX "$shared"
+  for verb in cancel hold release; do
+    run --separate-stderr setpriv --reuid=nobody --regid=nogroup --clear-groups env HOME=/ rsub "$verb" "$id"
+    assert_failure 77
+    assert_one_line_stderr
+    [[ $stderr == *"belongs to"* ]]
+  done
+  printf '[local]\ncpus = 2\ngpus = 2\n[rsub]\nadmins = ["nobody"]\n' > "$RKIT_CONFIG"
+  run setpriv --reuid=nobody --regid=nogroup --clear-groups env HOME=/ rsub cancel "$id"
+  assert_success
+  rsub show "$id" --json | jq -e '.state == "CANCELLED" and .reason == "cancelled by nobody"'
+  teardown
+  rm -rf "$shared"
+}
+
+@test "kill -9 of the daemon: no job lost, none run twice, running ones end in their true state" {
+  printf '[local]\ncpus = 2\ngpus = 0\n' > "$RKIT_CONFIG"
+  ids=()
+  for i in 1 2 3 4; do ids+=("$(rsub -- sh -c "echo run >> ran.$i; sleep 1.5; exit $i")"); done
+  wait_state "${ids[0]}" RUNNING
+  kill -KILL "$(daemon_pid)"
+  # While it is down: more submissions are stored, and the running jobs finish.
+  ids+=("$(rsub --hold -- true)")
+  rsub daemon  # the next one
+  rsub release "${ids[4]}"
+  for i in 0 1 2 3; do
+    run rsub wait "${ids[$i]}"
+    assert_failure $((i + 1))
+  done
+  run rsub wait "${ids[4]}"
+  assert_success
+  for i in 1 2 3 4; do [[ $(cat "ran.$i") == run ]]; done  # each ran exactly once
+}
+
+@test "a daemon killed between marking a job RUNNING and starting it: the job runs, once" {
+  id=$(rsub --hold -- sh -c 'echo ran >> ran')
+  dir=$RKIT_STATE_DIR/rsub
+  kill -KILL "$(daemon_pid)"
+  # What the store and the run directory hold at that moment: the attempt marked, its lock
+  # file created, no supervisor (so no pid in the file).
+  sqlite3 "$dir/jobs.db" "UPDATE jobs SET state = 'RUNNING', held = 0, attempts = 1 WHERE id = $id"
+  mkdir -p "$dir/run"
+  : > "$dir/run/$id.1.lock"
+  rsub daemon
+  run rsub wait "$id"
+  assert_success
+  [[ $(cat ran) == ran ]]
+  rsub show "$id" --json | jq -e '.attempts == 1 and .state == "COMPLETED"'
+}
+
+@test "a supervisor killed with its job: LOST, never run again" {
+  id=$(rsub -- sh -c 'echo start >> ran; sleep 30')
+  wait_state "$id" RUNNING
+  lock=$(ls "$RKIT_STATE_DIR"/rsub/run/"$id".1.lock)
+  kill -KILL "$(cat "$lock")"
+  wait_state "$id" LOST
+  run rsub wait "$id"
+  assert_failure 1
+  sleep 1.2
+  [[ $(wc -l < ran) -eq 1 ]]
+  pkill -f 'echo start >> ran' || true
+}
+
+@test "8 processes submitting 250 jobs each: 2000 jobs, unique ids, none lost" {
+  for p in $(seq 8); do
+    (for i in $(seq 250); do rsub -q --hold -n "p$p" -- true; done > "ids.$p") &
+  done
+  wait
+  cat ids.* | sort -n > all
+  [[ $(wc -l < all) -eq 2000 ]]
+  [[ $(sort -u all | wc -l) -eq 2000 ]]
+  [[ $(rsub ls --json | jq -s 'map(select(.held)) | length') -eq 2000 ]]
+}
+
+@test "bad input: unknown ids, bad states and durations are one-line errors with their codes" {
+  run --separate-stderr rsub show 999
+  assert_failure 66
+  assert_one_line_stderr
+  run --separate-stderr rsub cancel x12
+  assert_failure 64
+  run --separate-stderr rsub ls --state BORED
+  assert_failure 64
+  id=$(rsub --hold -- true)
+  run --separate-stderr rsub wait "$id" --timeout 0.2s
+  assert_failure 75
+  run --separate-stderr rsub wait "$id" --timeout soon
+  assert_failure 64
+  run --separate-stderr rsub logs "$id"
+  assert_failure 66
+  run --separate-stderr rsub
+  assert_failure 64
+  printf '[local]\ncpus = "many"\n' > "$RKIT_CONFIG"
+  run --separate-stderr rsub ls
+  assert_failure 78
+  assert_one_line_stderr
+}

@@ -1,0 +1,507 @@
+// File: rsub/daemon.cpp — settings, the wake socket and the scheduler daemon (daemon.hpp).
+#include "daemon.hpp"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cerrno>
+#include <cstring>
+#include <functional>
+#include <iostream>
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "rkit/atomic_file.hpp"
+#include "rkit/error.hpp"
+#include "rkit/file.hpp"
+#include "rkit/topology.hpp"
+#include "rkit/units.hpp"
+#include "store.hpp"
+
+namespace rkit::rsub {
+
+std::string lock_path(const std::string& dir, std::int64_t id, int attempt) {
+  return fmt::format("{}/run/{}.{}.lock", dir, id, attempt);
+}
+
+namespace {
+
+// The wake socket lives in the abstract namespace (no file to go stale, no path-length
+// limit), named after the state directory.
+sockaddr_un wake_address(const std::string& dir, socklen_t& len) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  char resolved[PATH_MAX];
+  const std::string key = ::realpath(dir.c_str(), resolved) ? resolved : dir;
+  const std::string name = fmt::format("rkit.rsub.{:016x}", std::hash<std::string>{}(key));
+  std::memcpy(addr.sun_path + 1, name.data(), name.size());
+  len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  return addr;
+}
+
+// 1: the lock is held (its holder lives), 0: free, -1: no such file.
+int probe_lock(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno == ENOENT ? -1 : 1;
+  const int rc = ::flock(fd, LOCK_SH | LOCK_NB);
+  ::close(fd);
+  return rc == 0 ? 0 : 1;
+}
+
+template <typename T>
+std::optional<T> number(const Config& c, const std::string& key, double min, double max) {
+  const auto v = c.get_number(key);
+  if (!v) return std::nullopt;
+  if (*v < min || *v > max)
+    throw Error(Exit::Config, fmt::format("{}: {} must be between {} and {}", c.where(key), key, min, max));
+  return static_cast<T>(*v);
+}
+
+std::optional<double> duration(const Config& c, const std::string& key) {
+  const auto text = c.get_string(key);
+  if (!text) return std::nullopt;
+  try {
+    return parse_duration(*text);
+  } catch (const Error& e) {
+    throw Error(Exit::Config, fmt::format("{}: {}: {}", c.where(key), key, e.what()));
+  }
+}
+
+}  // namespace
+
+Settings load_settings(const Config& c) {
+  Settings s;
+  s.dir = state_dir() + "/rsub";
+  if (auto v = c.get_string("rsub.state_dir")) s.dir = *v;
+  if (auto v = duration(c, "rsub.kill_grace")) s.kill_grace_s = *v;
+  if (auto v = duration(c, "rsub.default_time_limit"); v && *v > 0) s.default_time_limit_s = *v;
+  if (auto v = duration(c, "rsub.priority.half_life")) s.half_life_s = *v;
+  if (auto v = duration(c, "rsub.priority.max_age")) s.sched.max_age_s = std::max(*v, 1.0);
+  if (auto v = number<double>(c, "rsub.priority.gpu_weight", 0, 1e6)) s.gpu_weight = *v;
+  if (auto v = number<double>(c, "rsub.priority.weight_fairshare", 0, 1e9)) s.sched.weight_fairshare = *v;
+  if (auto v = number<double>(c, "rsub.priority.weight_age", 0, 1e9)) s.sched.weight_age = *v;
+  if (auto v = number<double>(c, "rsub.priority.weight_priority", 0, 1e9)) s.sched.weight_priority = *v;
+  s.sched.max_running_jobs_per_user = number<int>(c, "rsub.limits.max_running_jobs_per_user", 1, 1e9);
+  if (auto v = c.get_string("rsub.policy")) {
+    auto p = parse_policy(*v);
+    if (!p) throw Error(Exit::Config, fmt::format("{}: rsub.policy must be \"pack\" or \"spread\"", c.where("rsub.policy")));
+    s.sched.policy = *p;
+  }
+  s.local_cpus = number<int>(c, "local.cpus", 1, 1 << 20);
+  s.local_gpus = number<int>(c, "local.gpus", 0, 1024);
+  if (auto v = c.get_string("local.memory")) {
+    try {
+      s.local_memory = parse_size(*v);
+    } catch (const Error& e) {
+      throw Error(Exit::Config, fmt::format("{}: local.memory: {}", c.where("local.memory"), e.what()));
+    }
+  }
+  if (const auto* admins = c.table.at_path("rsub.admins").as_array()) {
+    for (const auto& a : *admins) {
+      if (!a.is_string()) throw Error(Exit::Config, fmt::format("{}: rsub.admins must list user names", c.where("rsub.admins")));
+      s.admins.push_back(a.value<std::string>().value_or(""));
+    }
+  }
+  if (const auto* users = c.table.at_path("rsub.users").as_table())
+    for (const auto& [user, tenant] : *users) {
+      const std::string key = "rsub.users." + std::string(user.str());
+      if (!tenant.is_string()) throw Error(Exit::Config, fmt::format("{}: {} must be a tenant name", c.where(key), key));
+      s.tenants_of_users[std::string(user.str())] = *tenant.value<std::string>();
+    }
+  if (const auto* tenants = c.table.at_path("rsub.tenants").as_table())
+    for (const auto& [name, _] : *tenants) {
+      const std::string key = "rsub.tenants." + std::string(name.str());
+      TenantPolicy t;
+      if (auto v = number<double>(c, key + ".shares", 0, 1e9)) t.shares = *v;
+      t.max_gpus = number<int>(c, key + ".max_gpus", 0, 1 << 20);
+      t.max_cpus = number<int>(c, key + ".max_cpus", 0, 1 << 20);
+      s.sched.tenants[std::string(name.str())] = t;
+    }
+  return s;
+}
+
+Machine local_machine(const Settings& s) {
+  Machine m;
+  ProbeOptions probe_options;
+  if (s.local_cpus) probe_options.synthetic = fmt::format("core:{} pu:1", *s.local_cpus);
+  if (s.local_gpus) probe_options.use_nvml = false;
+  m.topology = probe(probe_options);
+  if (s.local_gpus) {
+    m.topology.gpus.clear();
+    m.topology.gpu_links.clear();
+    m.topology.gpu_nic_links.clear();
+    for (int i = 0; i < *s.local_gpus; ++i) {
+      Gpu g;
+      g.index = i;
+      g.name = "GPU";
+      g.source = "config";
+      m.topology.gpus.push_back(g);
+    }
+  }
+  // A synthetic topology's memory is hwloc's invention: the host's counts then.
+  m.memory_bytes = s.local_memory.value_or(0);
+  if (!m.memory_bytes && !s.local_cpus)
+    for (const auto& node : m.topology.numa_nodes) m.memory_bytes += node.memory_bytes;
+  if (!m.memory_bytes)
+    m.memory_bytes = static_cast<std::uint64_t>(::sysconf(_SC_PHYS_PAGES)) * static_cast<std::uint64_t>(::sysconf(_SC_PAGE_SIZE));
+  return m;
+}
+
+bool wake_daemon(const std::string& dir) {
+  socklen_t len = 0;
+  const sockaddr_un addr = wake_address(dir, len);
+  const int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return false;
+  const char byte = 1;
+  const bool sent = ::sendto(fd, &byte, 1, 0, reinterpret_cast<const sockaddr*>(&addr), len) == 1 || errno == EAGAIN;
+  ::close(fd);
+  return sent;  // EAGAIN: its queue is full of wake-ups already
+}
+
+void ensure_daemon(const std::string& exe, const std::string& config_path, const std::string& dir) {
+  if (wake_daemon(dir)) return;
+  const std::string log = dir + "/daemon.log";
+  std::vector<std::string> args = {exe, "daemon", "--foreground"};
+  if (!config_path.empty()) args.insert(args.end(), {"--config", config_path});
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid < 0) throw system_error("start the rsub daemon", errno);
+  if (pid == 0) {  // detach: a new session, then a grandchild that init adopts
+    ::setsid();
+    if (::fork() != 0) ::_exit(0);
+    const int null = ::open("/dev/null", O_RDONLY);
+    const int out = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
+    if (null >= 0) ::dup2(null, 0);
+    if (out >= 0) {
+      ::dup2(out, 1);
+      ::dup2(out, 2);
+    }
+    ::close_range(3, ~0U, 0);  // nothing of the caller's: a pipe it reads must see EOF
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  ::waitpid(pid, nullptr, 0);
+}
+
+namespace {
+
+class Daemon {
+ public:
+  Daemon(const Settings& s, const Machine& m, const DaemonOptions& o)
+      : s_(s), machine_(m), opt_(o), store_(s.dir) {
+    char name[256] = {};
+    ::gethostname(name, sizeof name - 1);
+    host_ = name;
+    for (const auto& [tenant, v] : store_.usage()) usage_[tenant] = v;
+  }
+
+  // Loads what changed since the last pass; returns the input of the next one.
+  void refresh() {
+    std::unordered_map<std::int64_t, const Store::ActiveState*> now_active;
+    const auto states = store_.active_states();
+    for (const auto& st : states) now_active[st.id] = &st;
+    for (auto it = jobs_.begin(); it != jobs_.end();) {
+      auto found = now_active.find(it->first);
+      if (found == now_active.end()) {
+        if (it->second.state == JobState::Running) account(it->second, now_s());
+        it = jobs_.erase(it);
+        continue;
+      }
+      const Store::ActiveState& st = *found->second;
+      JobRecord& j = it->second;
+      if (st.attempts != j.attempts || st.state != j.state) {
+        j = *store_.job(j.id);  // started, requeued or ended meanwhile: take it whole
+        if (terminal(j.state)) {
+          it = jobs_.erase(it);
+          continue;
+        }
+      } else {
+        j.held = st.held;
+        j.cancel_requested = st.cancel_requested;
+        j.eligible_s = st.eligible_s;
+      }
+      ++it;
+    }
+    for (JobRecord& j : store_.active_jobs_after(max_id_)) {
+      max_id_ = std::max(max_id_, j.id);
+      jobs_.emplace(j.id, std::move(j));
+    }
+  }
+
+  // Running jobs: cancel requests, and supervisors that vanished. True when a job changed.
+  bool watch_running() {
+    bool changed = false;
+    for (auto& [id, j] : jobs_) {
+      if (j.state != JobState::Running) continue;
+      const std::string lock = lock_path(s_.dir, id, j.attempts);
+      if (j.cancel_requested && !signalled_.count(id)) signal_shim(lock, id);
+      const int held = probe_lock(lock);
+      if (held == 1) continue;
+      // Free or missing: the supervisor is gone. Read the store again (it records the end
+      // before it lets go of the lock) before deciding anything. A supervisor writes its
+      // pid into the lock file before it starts any task: without one, nothing ran.
+      std::string pid;
+      try {
+        pid = read_file(lock, 64);
+      } catch (const Error&) {
+      }
+      store_.transaction([&] {
+        const auto now = store_.job(id);
+        if (!now || now->state != JobState::Running || now->attempts != j.attempts) return;
+        changed = true;
+        if (pid.empty()) {  // the daemon died between marking the attempt and starting it
+          store_.undo_start(id, j.attempts);
+        } else {
+          store_.finish(id, JobState::Lost,
+                        fmt::format("the supervisor of attempt {} vanished without recording an end", j.attempts),
+                        now_s());
+        }
+      });
+    }
+    return changed;
+  }
+
+  void pass() {
+    const double now = now_s();
+    refresh();
+    if (watch_running()) refresh();
+    decay_usage(now);
+    SchedInput in = input(now);
+    SchedPlan plan = schedule(in);
+    for (const Start& start : plan.starts) launch(start, now);
+    std::vector<std::pair<std::int64_t, std::string>> reasons;
+    for (const Verdict& v : plan.verdicts) {
+      if (v.never) {
+        store_.finish(v.job, JobState::Failed, v.reason + ": " + v.detail, now);
+        continue;
+      }
+      auto it = jobs_.find(v.job);
+      if (it != jobs_.end() && it->second.reason != v.reason) {
+        it->second.reason = v.reason;
+        reasons.emplace_back(v.job, v.reason);
+      }
+    }
+    store_.set_reasons(reasons);
+    if (now - usage_saved_ > 10) save_usage(now);
+  }
+
+  SchedInput input(double now) {
+    SchedInput in;
+    in.machine = &machine_;
+    in.config = s_.sched;
+    in.now = now;
+    std::vector<std::int64_t> unknown;
+    for (const auto& [id, j] : jobs_) {
+      if (j.state == JobState::Running) {
+        in.running.push_back({id, j.spec.tenant, j.user, j.array_parent, j.alloc, j.start_s.value_or(now),
+                              j.spec.time_limit_s});
+        continue;
+      }
+      PendingJob p{id,
+                   j.spec.tenant,
+                   j.user,
+                   j.array_parent,
+                   j.spec.array ? j.spec.array->max_concurrent : 0,
+                   j.spec.resources,
+                   j.spec.time_limit_s,
+                   j.spec.priority,
+                   j.submit_s,
+                   j.eligible_s,
+                   j.held,
+                   j.spec.depends};
+      for (const Dependency& d : p.depends) unknown.push_back(d.job);
+      in.pending.push_back(std::move(p));
+    }
+    std::sort(unknown.begin(), unknown.end());
+    unknown.erase(std::unique(unknown.begin(), unknown.end()), unknown.end());
+    // A dependency on an array is on all its elements (Slurm's rule): it is over when
+    // every element is, and satisfied as the worst of them says.
+    for (const auto& [id, states] : store_.dependency_states(unknown)) {
+      DepStatus status = DepStatus::Completed;
+      for (JobState state : states) {
+        if (!terminal(state)) status = DepStatus::Active;
+        else if (state != JobState::Completed && status == DepStatus::Completed) status = DepStatus::NotOk;
+      }
+      in.dependencies[id] = status;
+    }
+    for (const auto& [tenant, v] : usage_) in.usage[tenant] = v.first;
+    return in;
+  }
+
+  void launch(const Start& start, double now) {
+    JobRecord& j = jobs_.at(start.job);
+    const int attempt = j.attempts + 1;
+    const std::string lock = lock_path(s_.dir, j.id, attempt);
+    ::mkdir((s_.dir + "/run").c_str(), 0700);
+    UniqueFd fd(::open(lock.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+    if (!fd || ::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
+      std::cerr << "rsub daemon: cannot lock " << lock << ": " << std::strerror(errno) << "\n";
+      return;
+    }
+    if (!store_.start_attempt(j.id, start.tasks, host_, now)) {  // cancelled or held meanwhile
+      ::unlink(lock.c_str());
+      return;
+    }
+    j.state = JobState::Running;
+    j.attempts = attempt;
+    j.alloc = start.tasks;
+    j.start_s = now;
+    spawn_shim(j.id, attempt, fd.get());
+  }
+
+  void spawn_shim(std::int64_t id, int attempt, int lock_fd) {
+    std::vector<std::string> args = {opt_.exe, "_shim", s_.dir, std::to_string(id), std::to_string(attempt),
+                                     std::to_string(lock_fd), fmt::format("{}", s_.kill_grace_s)};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    const pid_t pid = ::fork();
+    if (pid < 0) {
+      std::cerr << "rsub daemon: fork: " << std::strerror(errno) << "\n";
+      return;  // the lock file exists and is free: the next pass declares the attempt LOST
+    }
+    if (pid == 0) {  // a new session, then a grandchild that init adopts: it outlives us
+      ::setsid();
+      if (::fork() != 0) ::_exit(0);
+      ::fcntl(lock_fd, F_SETFD, 0);  // the supervisor inherits the lock, and nothing else
+      ::close_range(3, static_cast<unsigned>(lock_fd) - 1, 0);
+      ::close_range(static_cast<unsigned>(lock_fd) + 1, ~0U, 0);
+      sigset_t none;
+      sigemptyset(&none);
+      ::sigprocmask(SIG_SETMASK, &none, nullptr);
+      ::execv(argv[0], argv.data());
+      ::_exit(127);
+    }
+    ::waitpid(pid, nullptr, 0);
+  }
+
+  void signal_shim(const std::string& lock, std::int64_t id) {
+    std::string text;
+    try {
+      text = read_file(lock, 64);
+    } catch (const Error&) {
+      return;
+    }
+    const int pid = std::atoi(text.c_str());
+    if (pid > 1 && probe_lock(lock) == 1 && ::kill(pid, SIGTERM) == 0) signalled_.insert(id);
+  }
+
+  // Fair-share usage: core-seconds plus gpu_weight × GPU-seconds, decayed.
+  void account(const JobRecord& j, double now) {
+    const double from = std::max(j.start_s.value_or(now), last_pass_);
+    const auto& r = j.spec.resources;
+    usage_[j.spec.tenant].first += std::max(0.0, now - from) * r.tasks * (r.cpus_per_task + s_.gpu_weight * r.gpus_per_task);
+  }
+  void decay_usage(double now) {
+    for (auto& [tenant, v] : usage_) v.first = decay(v.first, std::max(0.0, now - v.second), s_.half_life_s);
+    for (const auto& [id, j] : jobs_)
+      if (j.state == JobState::Running) account(j, now);
+    for (auto& [tenant, v] : usage_) v.second = now;
+    last_pass_ = now;
+  }
+  void save_usage(double now) {
+    std::vector<std::pair<std::string, std::pair<double, double>>> rows(usage_.begin(), usage_.end());
+    store_.set_usage(rows);
+    usage_saved_ = now;
+  }
+
+  Store& store() { return store_; }
+  void finish_up() { save_usage(now_s()); }
+
+ private:
+  Settings s_;
+  Machine machine_;
+  DaemonOptions opt_;
+  Store store_;
+  std::string host_;
+  std::map<std::int64_t, JobRecord> jobs_;
+  std::int64_t max_id_ = 0;
+  std::unordered_set<std::int64_t> signalled_;
+  std::map<std::string, std::pair<double, double>> usage_;
+  double last_pass_ = now_s();
+  double usage_saved_ = 0;
+};
+
+}  // namespace
+
+int run_daemon(const Settings& settings, const DaemonOptions& options) {
+  Store(settings.dir);  // creates the directory and the store
+  const std::string lock = settings.dir + "/daemon.lock";
+  UniqueFd lock_fd(::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  if (!lock_fd) throw system_error("open " + lock, errno);
+  if (::flock(lock_fd.get(), LOCK_EX | LOCK_NB) != 0) return 75;
+
+  // Signals arrive through a descriptor, polled with the wake socket.
+  sigset_t mask;
+  sigemptyset(&mask);
+  for (int sig : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&mask, sig);
+  ::sigprocmask(SIG_BLOCK, &mask, nullptr);
+  UniqueFd sig_fd(::signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK));
+  socklen_t len = 0;
+  const sockaddr_un addr = wake_address(settings.dir, len);
+  UniqueFd wake(::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!wake || ::bind(wake.get(), reinterpret_cast<const sockaddr*>(&addr), len) != 0)
+    throw system_error("bind the rsub wake socket", errno);
+
+  const Machine machine = local_machine(settings);
+  Daemon daemon(settings, machine, options);
+  Json gpu_names = Json::array();
+  for (const auto& g : machine.topology.gpus) gpu_names.push_back(g.name);
+  daemon.store().set_meta("capacity", Json{{"cpus", machine.topology.cores.size()},
+                                           {"gpus", machine.topology.gpus.size()},
+                                           {"memory_bytes", machine.memory_bytes},
+                                           {"gpu_names", gpu_names}}
+                                          .dump());
+  atomic_write_file(settings.dir + "/daemon.pid", std::to_string(::getpid()) + "\n");
+  for (;;) {
+    daemon.pass();
+    if (options.once) break;
+    pollfd fds[2] = {{wake.get(), POLLIN, 0}, {sig_fd.get(), POLLIN, 0}};
+    ::poll(fds, 2, 1000);
+    if (fds[1].revents & POLLIN) break;
+    char buf[256];
+    while (::recv(wake.get(), buf, sizeof buf, 0) > 0) {
+    }
+  }
+  daemon.finish_up();
+  ::unlink((settings.dir + "/daemon.pid").c_str());
+  return 0;
+}
+
+SchedPlan dry_pass(const Settings& settings, const Machine& machine) {
+  Daemon d(settings, machine, {});
+  d.refresh();
+  return schedule(d.input(now_s()));
+}
+
+PassTiming time_pass(const Settings& settings, const Machine& machine) {
+  auto ms_since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+  };
+  PassTiming out;
+  Daemon d(settings, machine, {});
+  auto t = std::chrono::steady_clock::now();
+  d.refresh();
+  out.load_ms = ms_since(t);
+  t = std::chrono::steady_clock::now();
+  d.refresh();
+  out.plan = schedule(d.input(now_s()));
+  out.pass_ms = ms_since(t);
+  return out;
+}
+
+}  // namespace rkit::rsub

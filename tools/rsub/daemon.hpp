@@ -1,0 +1,90 @@
+// File: rsub/daemon.hpp
+//
+// The local backend's moving parts: the settings it reads from the configuration, the
+// files under <state>/rsub, the scheduler daemon, and the supervisor ("shim") that owns
+// one attempt of one job.
+//
+//   <state>/rsub/jobs.db          the store (store.hpp)
+//   <state>/rsub/daemon.lock      flock()ed by the one daemon for its whole life
+//   <state>/rsub/daemon.pid       its pid (written after it holds the lock)
+//   <state>/rsub/wake.sock        a datagram socket: any byte wakes the daemon
+//   <state>/rsub/run/ID.N.lock    flock()ed by the supervisor of attempt N of job ID
+//   <state>/rsub/logs/ID/task-T.out, .err   each task's output (attempts append)
+//
+// Durability: the daemon creates and locks a job attempt's lock file before it starts
+// the supervisor, which inherits the lock (the daemon then closes its copy), so the lock
+// is free exactly when the supervisor is gone. The supervisor records the attempt's end
+// in the store before it exits. A daemon that starts (also after kill -9) finds each
+// RUNNING job's lock: held → its supervisor still runs and will record the end; free,
+// no end recorded, and the supervisor's pid in the file (written before it starts any
+// task) → LOST (its command may have run: it is never started again by itself); free and
+// no pid → the daemon died before the supervisor started: PENDING again.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "rkit/config.hpp"
+#include "sched.hpp"
+
+namespace rkit::rsub {
+
+// The rsub settings of the configuration file (rsub(1), CONFIGURATION).
+struct Settings {
+  std::string dir;  // <state>/rsub
+  SchedConfig sched;
+  std::vector<std::string> admins;            // rsub.admins: may cancel, hold, release anyone's jobs
+  std::map<std::string, std::string> tenants_of_users;  // rsub.users: user → tenant
+  std::optional<double> default_time_limit_s;  // rsub.default_time_limit
+  double kill_grace_s = 10;                    // rsub.kill_grace
+  double half_life_s = 3600;                   // rsub.priority.half_life
+  double gpu_weight = 10;                      // rsub.priority.gpu_weight: a GPU-second is worth N core-seconds
+  std::optional<int> local_cpus, local_gpus;   // [local] cpus, gpus: instead of the host's
+  std::optional<std::uint64_t> local_memory;   // [local] memory
+};
+// Errors: Error(Config) naming file:line for values of the wrong type or meaning.
+Settings load_settings(const Config& config);
+
+// What the jobs run on: the host's topology, or the [local] override (cores without
+// SMT, GPUs named "GPU" with indices 0..N-1).
+Machine local_machine(const Settings& settings);
+
+// <dir>/run/ID.N.lock: the supervisor of attempt N of job ID holds it, and removes it
+// once the attempt's end is stored.
+std::string lock_path(const std::string& dir, std::int64_t id, int attempt);
+
+// Wakes the daemon; false when none is listening.
+bool wake_daemon(const std::string& dir);
+// Starts a daemon in the background (detached, its output in <dir>/daemon.log) unless
+// one runs. Returns at once.
+void ensure_daemon(const std::string& exe, const std::string& config_path, const std::string& dir);
+
+struct DaemonOptions {
+  bool once = false;           // one scheduling pass, then exit (tests, benchmarks)
+  std::string exe;             // this program, for the supervisors
+  std::string config_path;     // passed to the supervisors
+};
+// Runs the daemon until SIGTERM or SIGINT. Returns 0, or 75 when another daemon holds the
+// lock (the caller decides whether that is an error).
+int run_daemon(const Settings& settings, const DaemonOptions& options);
+
+// The hidden `rsub _shim` entry: supervises attempt `attempt` of job `id`, holding the
+// lock inherited on descriptor `lock_fd`. Returns its exit code (0 once the end is stored).
+int run_shim(const std::string& dir, std::int64_t id, int attempt, int lock_fd, double kill_grace_s);
+
+// One scheduling pass over the store as a starting daemon makes it (load every active
+// job, schedule), starting nothing and writing nothing: what `rsub why` asks.
+SchedPlan dry_pass(const Settings& settings, const Machine& machine);
+
+// For `rsub _bench-pass`: the time to load the active jobs (a daemon's first pass), and
+// the time of a pass after it (reading what changed, scheduling), in milliseconds.
+struct PassTiming {
+  double load_ms = 0, pass_ms = 0;
+  SchedPlan plan;
+};
+PassTiming time_pass(const Settings& settings, const Machine& machine);
+
+}  // namespace rkit::rsub

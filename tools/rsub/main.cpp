@@ -1,0 +1,164 @@
+// rsub: submit jobs to the embedded local scheduler, and follow and control them.
+#include <unistd.h>
+
+#include <climits>
+
+#include "commands.hpp"
+#include "rkit/cli.hpp"
+#include "rkit/error.hpp"
+#include "rkit/units.hpp"
+
+namespace {
+
+// The submit flags, on `rsub` itself (rsub [opts] -- CMD) and on `rsub submit`.
+void add_submit_options(CLI::App* app, rkit::rsub::SpecOverrides& o, bool& dry_run) {
+  app->add_option("-n,--name", o.name, "Job name (default: the command's name)")->type_name("NAME");
+  app->add_option("-t,--tenant", o.tenant, "Tenant (desk) charged (default: from rsub.users, else the user)")->type_name("T");
+  app->add_option("--project", o.project, "Project label, for cost reports")->type_name("P");
+  app->add_option("-C,--workdir", o.workdir, "Working directory (default: the current one)")->type_name("DIR");
+  app->add_option("-e,--env", o.env, "Set an environment variable (repeatable)")->type_name("K=V")->allow_extra_args(false);
+  app->add_option("--tasks", o.tasks, "Tasks, started together (gang)")->type_name("N");
+  app->add_option("-c,--cpus-per-task", o.cpus_per_task, "Cores per task")->type_name("N");
+  app->add_option("-g,--gpus-per-task", o.gpus_per_task, "GPUs per task")->type_name("N");
+  app->add_option("--gpu-type", o.gpu_type, "GPU model, matched in GPU names (e.g. H100)")->type_name("T");
+  app->add_option("--mem", o.memory, "Memory per task (e.g. 16G)")->type_name("SIZE");
+  app->add_option("--time", o.time_limit, "Time limit (e.g. 2h; 0: none)")->type_name("D");
+  app->add_option("--priority", o.priority, "Priority hint, -1000 to 1000")->type_name("N");
+  app->add_option("--retries", o.retries, "Attempts after the first when it fails as --retry-on says")->type_name("N");
+  app->add_option("--retry-on", o.retry_on, "Exit codes and signals that retry (e.g. 75,SIGKILL)")->type_name("LIST");
+  app->add_option("--array", o.array, "Array indices, Slurm's syntax (e.g. 0-99%10)")->type_name("RANGE");
+  app->add_option("-d,--depends", o.depends, "Dependency (afterok|afterany|afternotok:ID[:ID...])")
+      ->type_name("DEP")
+      ->allow_extra_args(false);
+  app->add_flag("--hold", [&o](std::int64_t) { o.hold = true; }, "Submit held (rsub release starts it)");
+  app->add_option("--backend", o.backend, "Where it runs: local or auto")->type_name("B");
+  app->add_flag("--dry-run", dry_run, "Print the job record; store nothing");
+}
+
+std::string self_exe() {
+  char buf[PATH_MAX];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : "rsub";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace rkit;
+  using namespace rkit::rsub;
+  Tool tool("rsub", "Submit jobs to the embedded scheduler (or: rsub [options] -- COMMAND); follow and control them");
+  CLI::App& app = tool.app();
+
+  // One set of overrides: flags given before `submit` count as much as those after it.
+  SpecOverrides over;
+  bool dry_run = false;
+  add_submit_options(&app, over, dry_run);
+  app.add_option("command", over.command, "The command to run, after --")->type_name("CMD");
+
+  auto* submit_cmd = tool.add_subcommand("submit", "Submit a job spec (TOML); flags override it");
+  std::string spec_file;
+  submit_cmd->add_option("spec", spec_file, "Job spec file (- for stdin)")->type_name("JOB.toml");
+  add_submit_options(submit_cmd, over, dry_run);
+  submit_cmd->add_option("command", over.command, "Command replacing the spec's, after --")->type_name("CMD");
+
+  auto* ls_cmd = tool.add_subcommand("ls", "List pending and running jobs (--all: finished ones too)");
+  JobFilter filter;
+  std::string state;
+  ls_cmd->add_flag("-a,--all", filter.all, "Include finished jobs");
+  ls_cmd->add_option("--tenant", filter.tenant, "Only this tenant's jobs")->type_name("T");
+  ls_cmd->add_option("-u,--user", filter.user, "Only this user's jobs")->type_name("USER");
+  ls_cmd->add_option("--state", state, "Only jobs in this state (PENDING, RUNNING, COMPLETED, ...)")->type_name("S");
+
+  std::vector<std::string> ids;
+  auto* show_cmd = tool.add_subcommand("show", "Print jobs in full");
+  show_cmd->add_option("id", ids, "Job ids (12, or 12_3 for an array element)")->required()->type_name("ID");
+
+  auto* logs_cmd = tool.add_subcommand("logs", "Print a task's output");
+  std::string one_id;
+  int task = 0;
+  bool follow = false, err = false;
+  logs_cmd->add_option("id", one_id, "Job id")->required()->type_name("ID");
+  logs_cmd->add_flag("-f,--follow", follow, "Keep printing until the job ends");
+  logs_cmd->add_option("--task", task, "Task number (default 0)")->type_name("N");
+  logs_cmd->add_flag("--err", err, "Its standard error instead of its output");
+
+  auto* cancel_cmd = tool.add_subcommand("cancel", "Cancel jobs (running ones get SIGTERM, then SIGKILL)");
+  cancel_cmd->add_option("id", ids, "Job ids")->required()->type_name("ID");
+  auto* hold_cmd = tool.add_subcommand("hold", "Keep pending jobs from starting");
+  hold_cmd->add_option("id", ids, "Job ids")->required()->type_name("ID");
+  auto* release_cmd = tool.add_subcommand("release", "Let held jobs start");
+  release_cmd->add_option("id", ids, "Job ids")->required()->type_name("ID");
+
+  auto* wait_cmd = tool.add_subcommand("wait", "Wait for jobs to end; exit with the job's exit code (the highest)");
+  std::string wait_timeout;
+  wait_cmd->add_option("id", ids, "Job ids")->required()->type_name("ID");
+  wait_cmd->add_option("--timeout", wait_timeout, "Give up after this long (exit 75)")->type_name("D");
+
+  auto* status_cmd = tool.add_subcommand("status", "Queue pressure: pending and running jobs per tenant");
+  auto* why_cmd = tool.add_subcommand("why", "Why a pending job is not running");
+  why_cmd->add_option("id", one_id, "Job id")->required()->type_name("ID");
+
+  auto* daemon_cmd = tool.add_subcommand("daemon", "Run the scheduler (started by the first submit)");
+  bool foreground = false, once = false;
+  daemon_cmd->add_flag("--foreground", foreground, "Stay in the foreground (for a service manager)");
+  daemon_cmd->add_flag("--once", once, "One scheduling pass, then exit");
+
+  // Hidden: the per-job supervisor the daemon starts, and benchmark helpers.
+  auto* shim_cmd = app.add_subcommand("_shim")->group("");
+  std::vector<std::string> shim_args;
+  shim_cmd->add_option("args", shim_args)->expected(5);
+  auto* fill_cmd = app.add_subcommand("_bench-fill")->group("");
+  int fill_jobs = 0, fill_tenants = 1;
+  fill_cmd->add_option("jobs", fill_jobs)->required();
+  fill_cmd->add_option("tenants", fill_tenants);
+  auto* pass_cmd = app.add_subcommand("_bench-pass")->group("");
+
+  return tool.run(argc, argv, [&]() -> int {
+    if (*shim_cmd)
+      return run_shim(shim_args[0], std::stoll(shim_args[1]), std::stoi(shim_args[2]), std::stoi(shim_args[3]),
+                      std::stod(shim_args[4]));
+    const CommonOptions& opts = tool.options();
+    Context ctx{load_settings(tool.config()), opts.format(), opts.quiet, self_exe(), tool.config().path, current_user()};
+    if (*submit_cmd) {
+      if (spec_file.empty() && over.command.empty()) usage_error("submit needs a job spec file or -- COMMAND");
+      JobSpec spec;
+      if (!spec_file.empty()) spec = load_spec(spec_file);
+      apply_overrides(spec, over);
+      return submit(ctx, spec, dry_run);
+    }
+    if (*ls_cmd) {
+      if (!state.empty()) {
+        filter.state = parse_state(state);
+        if (!filter.state) usage_error("--state " + state + ": not a job state (PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT, LOST)");
+      }
+      return list(ctx, filter);
+    }
+    if (*show_cmd) return show(ctx, ids);
+    if (*logs_cmd) return logs(ctx, one_id, follow, task, err);
+    if (*cancel_cmd) return control(ctx, ids, Control::Cancel);
+    if (*hold_cmd) return control(ctx, ids, Control::Hold);
+    if (*release_cmd) return control(ctx, ids, Control::Release);
+    if (*wait_cmd) {
+      std::optional<double> timeout;
+      if (!wait_timeout.empty()) timeout = parse_duration(wait_timeout);
+      return wait(ctx, ids, timeout);
+    }
+    if (*status_cmd) return status(ctx);
+    if (*why_cmd) return why(ctx, one_id);
+    if (*daemon_cmd) {
+      if (!foreground && !once) {
+        ensure_daemon(ctx.exe, ctx.config_path, ctx.settings.dir);
+        return 0;
+      }
+      if (run_daemon(ctx.settings, {once, ctx.exe, ctx.config_path}) == 75)
+        throw Error(Exit::TempFail, "a daemon already runs for " + ctx.settings.dir);
+      return 0;
+    }
+    if (*fill_cmd) return bench_fill(ctx, fill_jobs, fill_tenants);
+    if (*pass_cmd) return bench_pass(ctx);
+    if (over.command.empty()) usage_error("nothing to run: rsub [options] -- COMMAND, or a subcommand (see --help)");
+    JobSpec spec;
+    apply_overrides(spec, over);
+    return submit(ctx, spec, dry_run);
+  });
+}

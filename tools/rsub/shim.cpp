@@ -1,0 +1,235 @@
+// File: rsub/shim.cpp — the supervisor of one attempt of one job (`rsub _shim`).
+//
+// It starts the job's tasks together (a gang) in one process group, each bound to its
+// cores, with its GPUs in CUDA_VISIBLE_DEVICES and its output appended to its log files;
+// then waits. The attempt ends when every task has ended; the first task to fail, the
+// time limit or a SIGTERM (rsub cancel) ends the others: SIGTERM to the group, SIGKILL
+// after the grace period. The end goes to the store in one transaction before the
+// supervisor exits, which frees the lock the daemon watches (daemon.hpp).
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <grp.h>
+#include <pwd.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "daemon.hpp"
+#include "rkit/error.hpp"
+#include "rkit/file.hpp"
+#include "store.hpp"
+
+namespace rkit::rsub {
+
+namespace {
+
+std::string join(const std::vector<int>& v) {
+  std::string out;
+  for (int x : v) out += (out.empty() ? "" : ",") + std::to_string(x);
+  return out;
+}
+
+// Everything a task's child needs, built before fork (the child only makes system calls).
+struct TaskLaunch {
+  std::vector<std::string> args, env;
+  std::vector<char*> argv, envp;
+  std::string out_path, err_path, workdir;
+  cpu_set_t cpus;
+  bool bind = false;
+};
+
+TaskLaunch prepare(const JobRecord& job, int task, const std::string& log_dir) {
+  TaskLaunch t;
+  t.args = job.spec.command;
+  std::vector<std::pair<std::string, std::string>> set = {
+      {"RSUB_JOB_ID", job.display_id()},
+      {"RSUB_TASK_ID", std::to_string(task)},
+      {"RSUB_NTASKS", std::to_string(job.spec.resources.tasks)},
+      {"RSUB_ARRAY_INDEX", job.array_index ? std::to_string(*job.array_index) : ""},
+      {"RSUB_ATTEMPT", std::to_string(job.attempts)},
+  };
+  const TaskAlloc& a = job.alloc.at(static_cast<std::size_t>(task));
+  // No GPUs asked: none visible, as Slurm does with --gres unset and ConstrainDevices.
+  // The indices are the topology's, in PCI bus order: CUDA must count them that way too.
+  set.emplace_back("CUDA_VISIBLE_DEVICES", join(a.gpus));
+  set.emplace_back("CUDA_DEVICE_ORDER", "PCI_BUS_ID");
+  if (::geteuid() == 0 && job.uid != 0)  // a root supervisor runs the job as its user
+    if (const passwd* pw = ::getpwuid(job.uid)) {
+      set.emplace_back("HOME", pw->pw_dir);
+      set.emplace_back("USER", pw->pw_name);
+      set.emplace_back("LOGNAME", pw->pw_name);
+    }
+  if (a.pus.size() > 0 && !job.spec.env.count("OMP_NUM_THREADS"))
+    set.emplace_back("OMP_NUM_THREADS", std::to_string(job.spec.resources.cpus_per_task));
+  for (const auto& [k, v] : job.spec.env) set.emplace_back(k, v);
+  for (char** e = environ; *e; ++e) {
+    const std::string kv = *e;
+    const std::string key = kv.substr(0, kv.find('='));
+    bool replaced = false;
+    for (const auto& [k, v] : set) replaced |= k == key;
+    if (!replaced) t.env.push_back(kv);
+  }
+  for (const auto& [k, v] : set)
+    if (!(k == "RSUB_ARRAY_INDEX" && v.empty())) t.env.push_back(k + "=" + v);
+  for (auto& s : t.args) t.argv.push_back(s.data());
+  t.argv.push_back(nullptr);
+  for (auto& s : t.env) t.envp.push_back(s.data());
+  t.envp.push_back(nullptr);
+  t.out_path = fmt::format("{}/task-{}.out", log_dir, task);
+  t.err_path = fmt::format("{}/task-{}.err", log_dir, task);
+  t.workdir = job.spec.workdir.empty() ? "/" : job.spec.workdir;
+  CPU_ZERO(&t.cpus);
+  for (int pu : a.pus)
+    if (pu >= 0 && pu < CPU_SETSIZE) {
+      CPU_SET(pu, &t.cpus);
+      t.bind = true;
+    }
+  return t;
+}
+
+[[noreturn]] void child_fail(const char* what, const char* detail) {
+  const std::string line = fmt::format("rsub: {}: {}\n", what, detail);
+  [[maybe_unused]] auto n = ::write(2, line.data(), line.size());
+  ::_exit(127);
+}
+
+// In the child, between fork and exec. A root supervisor runs the job as its user.
+[[noreturn]] void exec_task(TaskLaunch& t, pid_t group, const JobRecord& job) {
+  ::setpgid(0, group);
+  const int out = ::open(t.out_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  const int err = ::open(t.err_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  const int in = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (out < 0 || err < 0 || in < 0 || ::dup2(in, 0) < 0 || ::dup2(out, 1) < 0 || ::dup2(err, 2) < 0) ::_exit(126);
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  // A mask naming no CPU of this machine is refused; the task then runs unbound.
+  if (t.bind) ::sched_setaffinity(0, sizeof t.cpus, &t.cpus);
+  if (::geteuid() == 0 && job.uid != 0) {
+    const passwd* pw = ::getpwuid(job.uid);
+    if (!pw || ::initgroups(pw->pw_name, pw->pw_gid) != 0 || ::setgid(pw->pw_gid) != 0 || ::setuid(job.uid) != 0)
+      child_fail("cannot become the job's user", std::strerror(errno));
+  }
+  if (::chdir(t.workdir.c_str()) != 0) child_fail(t.workdir.c_str(), std::strerror(errno));
+  ::execvpe(t.argv[0], t.argv.data(), t.envp.data());
+  child_fail(t.argv[0], std::strerror(errno));
+}
+
+double monotonic() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
+}
+
+}  // namespace
+
+int run_shim(const std::string& dir, std::int64_t id, int attempt, int lock_fd, double kill_grace_s) {
+  ::fcntl(lock_fd, F_SETFD, FD_CLOEXEC);  // tasks do not inherit the lock
+  const std::string pid_text = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(lock_fd, 0) == 0) write_full(lock_fd, pid_text.data(), pid_text.size(), "lock");
+
+  sigset_t mask;
+  sigemptyset(&mask);
+  for (int sig : {SIGCHLD, SIGTERM, SIGINT, SIGHUP}) sigaddset(&mask, sig);
+  ::sigprocmask(SIG_BLOCK, &mask, nullptr);
+
+  Store store(dir);
+  const std::optional<JobRecord> job = store.job(id);
+  if (!job || job->state != JobState::Running || job->attempts != attempt) return 0;  // not ours to run
+  const int ntasks = static_cast<int>(job->alloc.size());
+  const std::string log_dir = fmt::format("{}/logs/{}", dir, job->display_id());
+  ::mkdir((dir + "/logs").c_str(), 0755);
+  ::mkdir(log_dir.c_str(), 0755);
+
+  std::vector<TaskLaunch> launches;
+  for (int t = 0; t < ntasks; ++t) launches.push_back(prepare(*job, t, log_dir));
+  std::vector<pid_t> pids(static_cast<std::size_t>(ntasks), -1);
+  pid_t group = 0;
+  for (int t = 0; t < ntasks; ++t) {
+    const pid_t pid = ::fork();
+    if (pid == 0) exec_task(launches[static_cast<std::size_t>(t)], group, *job);
+    if (pid < 0) break;  // the tasks started so far are ended below, and the attempt fails
+    if (group == 0) group = pid;
+    ::setpgid(pid, group);  // also here: whichever of parent and child runs first
+    pids[static_cast<std::size_t>(t)] = pid;
+  }
+  const double started = now_s();
+  store.transaction([&] {
+    for (int t = 0; t < ntasks; ++t)
+      if (pids[static_cast<std::size_t>(t)] > 0) store.task_started(id, attempt, t, pids[static_cast<std::size_t>(t)], started);
+  });
+
+  AttemptEnd end;
+  bool ending = false;  // the group has had its SIGTERM
+  double kill_at = 0;
+  auto end_group = [&](AttemptEnd::How how, std::optional<int> code, std::optional<int> sig) {
+    if (ending) return;
+    end.how = how;
+    end.exit_code = code;
+    end.signal = sig;
+    ending = true;
+    kill_at = monotonic() + kill_grace_s;
+    if (group > 0) ::killpg(group, SIGTERM);
+  };
+  if (std::find(pids.begin(), pids.end(), -1) != pids.end()) end_group(AttemptEnd::How::Exited, 127, std::nullopt);
+
+  const double t0 = monotonic();
+  const std::optional<double> limit = job->spec.time_limit_s;
+  int running = 0;
+  for (pid_t p : pids) running += p > 0;
+  std::vector<std::pair<std::optional<int>, std::optional<int>>> results(static_cast<std::size_t>(ntasks));
+  while (running > 0) {
+    // Reap whatever ended.
+    for (;;) {
+      int status = 0;
+      const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+      if (pid <= 0) break;
+      const auto it = std::find(pids.begin(), pids.end(), pid);
+      if (it == pids.end()) continue;
+      const auto t = static_cast<std::size_t>(it - pids.begin());
+      --running;
+      std::optional<int> code, sig;
+      if (WIFEXITED(status)) code = WEXITSTATUS(status);
+      else sig = WTERMSIG(status);
+      results[t] = {code, sig};
+      store.task_ended(id, attempt, static_cast<int>(t), code, sig, now_s());
+      if (code.value_or(1) != 0) end_group(sig ? AttemptEnd::How::Signaled : AttemptEnd::How::Exited, code, sig);
+    }
+    if (running == 0) break;
+    // Wait for the next event: a child, a signal, the time limit or the kill deadline.
+    double wait_s = 3600;
+    if (limit && !ending) wait_s = std::min(wait_s, t0 + *limit - monotonic());
+    if (ending) wait_s = std::min(wait_s, kill_at - monotonic());
+    if (wait_s <= 0) {
+      if (!ending) {
+        end_group(AttemptEnd::How::TimedOut, std::nullopt, std::nullopt);
+      } else if (group > 0) {
+        ::killpg(group, SIGKILL);
+        kill_at = monotonic() + 3600;
+      }
+      continue;
+    }
+    timespec ts{static_cast<time_t>(wait_s), static_cast<long>((wait_s - double(time_t(wait_s))) * 1e9)};
+    siginfo_t info{};
+    const int sig = ::sigtimedwait(&mask, &info, &ts);
+    if (sig == SIGTERM || sig == SIGINT || sig == SIGHUP) end_group(AttemptEnd::How::Cancelled, std::nullopt, sig);
+  }
+  if (group > 0) ::killpg(group, SIGKILL);  // nothing of the job outlives its attempt
+  if (!ending) end.how = AttemptEnd::How::Exited, end.exit_code = 0;
+  end.end_s = now_s();
+  store.end_attempt(id, attempt, end);
+  ::unlink(lock_path(dir, id, attempt).c_str());  // the end is stored: nothing to watch
+  wake_daemon(dir);
+  return 0;
+}
+
+}  // namespace rkit::rsub

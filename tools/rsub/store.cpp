@@ -1,0 +1,566 @@
+// File: rsub/store.cpp — the job store on SQLite (see store.hpp). All SQL lives here.
+#include "store.hpp"
+
+#include <fmt/format.h>
+#include <sqlite3.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <string_view>
+
+#include "rkit/error.hpp"
+#include "rkit/process.hpp"
+
+namespace rkit::rsub {
+
+namespace {
+
+constexpr int kSchemaVersion = 1;
+
+constexpr const char* kSchema = R"sql(
+CREATE TABLE IF NOT EXISTS jobs(
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  array_parent INTEGER, array_index INTEGER,
+  name TEXT NOT NULL, tenant TEXT NOT NULL, user TEXT NOT NULL, uid INTEGER NOT NULL,
+  spec TEXT NOT NULL,
+  state TEXT NOT NULL, reason TEXT NOT NULL DEFAULT '', held INTEGER NOT NULL DEFAULT 0,
+  cancel_requested INTEGER NOT NULL DEFAULT 0,
+  submit_s REAL NOT NULL, eligible_s REAL NOT NULL, start_s REAL, end_s REAL,
+  exit_code INTEGER, signal INTEGER, attempts INTEGER NOT NULL DEFAULT 0,
+  alloc TEXT, host TEXT NOT NULL DEFAULT '', record_fields TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS jobs_active ON jobs(id) WHERE state IN ('PENDING', 'RUNNING');
+CREATE INDEX IF NOT EXISTS jobs_array ON jobs(array_parent) WHERE array_parent IS NOT NULL;
+CREATE TABLE IF NOT EXISTS tasks(
+  job_id INTEGER NOT NULL, attempt INTEGER NOT NULL, task INTEGER NOT NULL,
+  pid INTEGER, start_s REAL, end_s REAL, exit_code INTEGER, signal INTEGER,
+  PRIMARY KEY(job_id, attempt, task));
+CREATE TABLE IF NOT EXISTS usage(tenant TEXT PRIMARY KEY, value REAL NOT NULL, updated_s REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+)sql";
+
+constexpr const char* kJobColumns =
+    "id, array_parent, array_index, spec, user, uid, state, reason, held, cancel_requested, submit_s, eligible_s, "
+    "start_s, end_s, exit_code, signal, attempts, alloc, host, record_fields";
+
+[[noreturn]] void fail(sqlite3* db, std::string_view what) {
+  const int code = sqlite3_extended_errcode(db);
+  const std::string message = fmt::format("job store: {}: {}", what, sqlite3_errmsg(db));
+  if ((code & 0xff) == SQLITE_BUSY || (code & 0xff) == SQLITE_LOCKED)
+    throw Error(Exit::TempFail, message, "another rsub holds the job store; try again");
+  if ((code & 0xff) == SQLITE_READONLY || (code & 0xff) == SQLITE_PERM || (code & 0xff) == SQLITE_CANTOPEN)
+    throw Error(Exit::NoPerm, message);
+  if ((code & 0xff) == SQLITE_FULL) throw Error(Exit::IoErr, message, "the state directory's disk is full");
+  if ((code & 0xff) == SQLITE_CORRUPT || (code & 0xff) == SQLITE_NOTADB) throw Error(Exit::DataErr, message);
+  throw Error(Exit::IoErr, message);
+}
+
+}  // namespace
+
+// A prepared statement, reset and cleared on each use. A statement stepped to a row and
+// not to its end keeps a read transaction open, which would freeze this connection's view
+// of the database (and PRAGMA data_version): single-row readers hold a Finish guard.
+class Store::Stmt {
+ public:
+  Stmt(sqlite3* db, const char* sql) : db_(db) {
+    if (sqlite3_prepare_v3(db, sql, -1, SQLITE_PREPARE_PERSISTENT, &s_, nullptr) != SQLITE_OK) fail(db, "prepare");
+  }
+  ~Stmt() { sqlite3_finalize(s_); }
+  Stmt& reset() {
+    sqlite3_reset(s_);
+    sqlite3_clear_bindings(s_);
+    next_ = 1;
+    return *this;
+  }
+  Stmt& bind(std::int64_t v) { return check(sqlite3_bind_int64(s_, next_++, v)); }
+  Stmt& bind(int v) { return bind(std::int64_t{v}); }
+  Stmt& bind(double v) { return check(sqlite3_bind_double(s_, next_++, v)); }
+  Stmt& bind(std::string_view v) {
+    return check(sqlite3_bind_text(s_, next_++, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT));
+  }
+  template <typename T>
+  Stmt& bind(const std::optional<T>& v) {
+    return v ? bind(*v) : check(sqlite3_bind_null(s_, next_++));
+  }
+  // One step: true while there is a row.
+  bool step() {
+    const int rc = sqlite3_step(s_);
+    if (rc == SQLITE_ROW) return true;
+    if (rc != SQLITE_DONE) fail(db_, "step");
+    return false;
+  }
+  void run() {
+    while (step()) {
+    }
+  }
+  struct Finish {
+    Stmt& s;
+    ~Finish() { sqlite3_reset(s.s_); }
+  };
+  bool null(int col) const { return sqlite3_column_type(s_, col) == SQLITE_NULL; }
+  std::int64_t i64(int col) const { return sqlite3_column_int64(s_, col); }
+  int i32(int col) const { return sqlite3_column_int(s_, col); }
+  double f64(int col) const { return sqlite3_column_double(s_, col); }
+  std::string text(int col) const {
+    const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(s_, col));
+    return p ? std::string(p, static_cast<std::size_t>(sqlite3_column_bytes(s_, col))) : std::string();
+  }
+  template <typename T>
+  std::optional<T> opt(int col) const {
+    if (null(col)) return std::nullopt;
+    if constexpr (std::is_same_v<T, double>) return f64(col);
+    else if constexpr (std::is_same_v<T, int>) return i32(col);
+    else return static_cast<T>(i64(col));
+  }
+
+ private:
+  Stmt& check(int rc) {
+    if (rc != SQLITE_OK) fail(db_, "bind");
+    return *this;
+  }
+  sqlite3* db_;
+  sqlite3_stmt* s_ = nullptr;
+  int next_ = 1;
+};
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+Store::Store(const std::string& dir) : dir_(dir) {
+  // The state directory and its parents may not exist yet (~/.local/state on a fresh
+  // account): create them, private.
+  for (std::size_t slash = dir.find('/', 1); slash != std::string::npos; slash = dir.find('/', slash + 1))
+    ::mkdir(dir.substr(0, slash).c_str(), 0700);
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) throw system_error("create " + dir, errno);
+  const std::string path = dir + "/jobs.db";
+  if (sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+                      nullptr) != SQLITE_OK) {
+    const std::string message = db_ ? sqlite3_errmsg(db_) : "out of memory";
+    sqlite3_close(db_);
+    db_ = nullptr;
+    throw Error(::access(dir.c_str(), W_OK) == 0 ? Exit::IoErr : Exit::NoPerm,
+                fmt::format("job store: open {}: {}", path, message));
+  }
+  try {
+    sqlite3_busy_timeout(db_, 30000);
+    // Switching a new database to WAL takes a lock that SQLite does not wait for, so
+    // clients that create the store at the same moment retry here.
+    for (int tries = 0;; ++tries) {
+      try {
+        exec("PRAGMA journal_mode=WAL");
+        break;
+      } catch (const Error& e) {
+        if (e.code() != Exit::TempFail || tries == 3000) throw;
+        ::usleep(10000);
+      }
+    }
+    exec("PRAGMA synchronous=NORMAL");
+    Stmt& version = stmt("PRAGMA user_version");
+    const int have = version.step() ? version.i32(0) : 0;
+    version.reset();
+    if (have > kSchemaVersion)
+      throw Error(Exit::DataErr,
+                  fmt::format("job store {}: schema version {} is newer than this rsub's ({})", path, have,
+                              kSchemaVersion),
+                  "use the rsub that created it");
+    if (have < kSchemaVersion)
+      transaction([&] {
+        exec(kSchema);
+        exec(fmt::format("PRAGMA user_version={}", kSchemaVersion).c_str());
+      });
+  } catch (...) {
+    cache_.clear();
+    sqlite3_close(db_);
+    throw;
+  }
+}
+
+Store::~Store() {
+  cache_.clear();  // statements before the connection
+  sqlite3_close(db_);
+}
+
+void Store::exec(const char* sql) {
+  char* err = nullptr;
+  if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+    sqlite3_free(err);
+    fail(db_, "exec");
+  }
+}
+
+Store::Stmt& Store::stmt(const char* sql) {
+  // Statements are string literals: the pointer identifies them.
+  for (auto& [key, s] : cache_)
+    if (key == sql) return s->reset();
+  cache_.emplace_back(sql, std::make_unique<Stmt>(db_, sql));
+  return cache_.back().second->reset();
+}
+
+void Store::transaction(const std::function<void()>& fn) {
+  if (depth_ > 0) {
+    fn();
+    return;
+  }
+  exec("BEGIN IMMEDIATE");
+  depth_ = 1;
+  try {
+    fn();
+    depth_ = 0;
+    exec("COMMIT");
+  } catch (...) {
+    depth_ = 0;
+    sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+    throw;
+  }
+}
+
+std::vector<std::int64_t> Store::submit(const JobSpec& spec, const Submitter& who, double now) {
+  std::vector<std::int64_t> ids;
+  const std::string spec_json = spec.to_json().dump();
+  const std::string fields = spec_record_fields(spec);
+  transaction([&] {
+    Stmt& insert = stmt(
+        "INSERT INTO jobs(array_parent, array_index, name, tenant, user, uid, spec, state, reason, held, submit_s, "
+        "eligible_s, record_fields) VALUES(?, ?, ?, ?, ?, ?, ?, 'PENDING', ?, ?, ?, ?, ?)");
+    auto add = [&](std::optional<std::int64_t> parent, std::optional<int> index) {
+      insert.reset()
+          .bind(parent)
+          .bind(index)
+          .bind(spec.name)
+          .bind(spec.tenant)
+          .bind(who.user)
+          .bind(std::int64_t{who.uid})
+          .bind(spec_json)
+          .bind(std::string_view(spec.hold ? "JobHeldUser" : ""))
+          .bind(spec.hold ? 1 : 0)
+          .bind(now)
+          .bind(now)
+          .bind(fields)
+          .run();
+      ids.push_back(sqlite3_last_insert_rowid(db_));
+    };
+    if (!spec.array) {
+      add(std::nullopt, std::nullopt);
+      return;
+    }
+    // The first element's id names the array; it learns it right after its insert.
+    const auto& indices = spec.array->indices;
+    add(std::nullopt, indices.front());
+    stmt("UPDATE jobs SET array_parent = id WHERE id = ?").bind(ids.front()).run();
+    for (std::size_t i = 1; i < indices.size(); ++i) add(ids.front(), indices[i]);
+  });
+  return ids;
+}
+
+JobRecord Store::read_job(Stmt& s, bool light) {
+  JobRecord r;
+  r.id = s.i64(0);
+  r.array_parent = s.opt<std::int64_t>(1);
+  r.array_index = s.opt<int>(2);
+  if (!light) r.spec = JobSpec::from_json(parse_json(s.text(3), fmt::format("job {} spec", r.id)));
+  r.user = s.text(4);
+  r.uid = static_cast<std::uint32_t>(s.i64(5));
+  r.state = parse_state(s.text(6)).value_or(JobState::Lost);
+  r.reason = s.text(7);
+  r.held = s.i32(8) != 0;
+  r.cancel_requested = s.i32(9) != 0;
+  r.submit_s = s.f64(10);
+  r.eligible_s = s.f64(11);
+  r.start_s = s.opt<double>(12);
+  r.end_s = s.opt<double>(13);
+  r.exit_code = s.opt<int>(14);
+  r.signal = s.opt<int>(15);
+  r.attempts = s.i32(16);
+  r.alloc_text = s.null(17) ? "[]" : s.text(17);
+  if (!light) r.alloc = alloc_from_json(parse_json(r.alloc_text, fmt::format("job {} allocation", r.id)));
+  r.host = s.text(18);
+  r.record_fields = s.text(19);
+  return r;
+}
+
+std::optional<JobRecord> Store::job(std::int64_t id) {
+  static const std::string sql = fmt::format("SELECT {} FROM jobs WHERE id = ?", kJobColumns);
+  Stmt& s = stmt(sql.c_str());
+  Stmt::Finish finish{s};
+  s.bind(id);
+  if (!s.step()) return std::nullopt;
+  return read_job(s);
+}
+
+std::vector<JobRecord> Store::resolve(const std::string& text) {
+  auto number = [&](std::string_view digits) {
+    std::int64_t v = 0;
+    if (digits.empty() || digits.size() > 18 || !std::all_of(digits.begin(), digits.end(), ::isdigit))
+      throw Error(Exit::Usage, fmt::format("\"{}\" is not a job id (12, or 12_3 for an array element)", text));
+    for (char c : digits) v = v * 10 + (c - '0');
+    return v;
+  };
+  std::vector<JobRecord> out;
+  const auto underscore = text.find('_');
+  if (underscore != std::string::npos) {
+    const std::int64_t parent = number(std::string_view(text).substr(0, underscore));
+    const std::int64_t index = number(std::string_view(text).substr(underscore + 1));
+    static const std::string sql =
+        fmt::format("SELECT {} FROM jobs WHERE array_parent = ? AND array_index = ?", kJobColumns);
+    Stmt& s = stmt(sql.c_str());
+    s.bind(parent).bind(index);
+    while (s.step()) out.push_back(read_job(s));
+    return out;
+  }
+  const std::int64_t id = number(text);
+  static const std::string sql =
+      fmt::format("SELECT {} FROM jobs WHERE array_parent = ?1 OR (id = ?1 AND array_parent IS NULL) ORDER BY id",
+                  kJobColumns);
+  Stmt& s = stmt(sql.c_str());
+  s.bind(id);
+  while (s.step()) out.push_back(read_job(s));
+  return out;
+}
+
+void Store::each_job(const JobFilter& filter, const std::function<void(const JobRecord&)>& fn) {
+  static const std::string active =
+      fmt::format("SELECT {} FROM jobs WHERE state IN ('PENDING', 'RUNNING') AND (?1 IS NULL OR tenant = ?1) AND "
+                  "(?2 IS NULL OR user = ?2) AND (?3 IS NULL OR state = ?3) ORDER BY id",
+                  kJobColumns);
+  static const std::string all = fmt::format(
+      "SELECT {} FROM jobs WHERE (?1 IS NULL OR tenant = ?1) AND (?2 IS NULL OR user = ?2) AND "
+      "(?3 IS NULL OR state = ?3) ORDER BY id",
+      kJobColumns);
+  Stmt& s = stmt((filter.all || filter.state ? all : active).c_str());
+  s.bind(filter.tenant).bind(filter.user);
+  if (filter.state) s.bind(state_name(*filter.state));
+  else s.bind(std::optional<int>());
+  while (s.step()) fn(read_job(s, filter.light));
+}
+
+std::vector<JobRecord> Store::jobs(const JobFilter& filter) {
+  std::vector<JobRecord> out;
+  each_job(filter, [&](const JobRecord& r) { out.push_back(r); });
+  return out;
+}
+
+bool Store::cancel(std::int64_t id, const std::string& by, double now) {
+  bool done = false;
+  transaction([&] {
+    Stmt& pending = stmt(
+        "UPDATE jobs SET state = 'CANCELLED', reason = ?, end_s = ? WHERE id = ? AND state = 'PENDING'");
+    pending.bind("cancelled by " + by).bind(now).bind(id).run();
+    done = sqlite3_changes(db_) > 0;
+    if (!done)
+      stmt("UPDATE jobs SET cancel_requested = 1, reason = ? WHERE id = ? AND state = 'RUNNING'")
+          .bind("cancelled by " + by)
+          .bind(id)
+          .run();
+  });
+  return done;
+}
+
+bool Store::set_held(std::int64_t id, bool held) {
+  Stmt& s = stmt(
+      "UPDATE jobs SET held = ?, reason = CASE WHEN ? THEN 'JobHeldUser' ELSE '' END WHERE id = ? AND "
+      "state = 'PENDING'");
+  s.bind(held ? 1 : 0).bind(held ? 1 : 0).bind(id).run();
+  return sqlite3_changes(db_) > 0;
+}
+
+std::uint64_t Store::data_version() {
+  Stmt& s = stmt("PRAGMA data_version");
+  Stmt::Finish finish{s};
+  return s.step() ? static_cast<std::uint64_t>(s.i64(0)) : 0;
+}
+
+std::vector<JobRecord> Store::active_jobs() { return active_jobs_after(0); }
+
+std::vector<JobRecord> Store::active_jobs_after(std::int64_t after_id) {
+  static const std::string sql =
+      fmt::format("SELECT {} FROM jobs WHERE state IN ('PENDING', 'RUNNING') AND id > ? ORDER BY id", kJobColumns);
+  Stmt& s = stmt(sql.c_str());
+  s.bind(after_id);
+  std::vector<JobRecord> out;
+  while (s.step()) out.push_back(read_job(s));
+  return out;
+}
+
+std::vector<Store::ActiveState> Store::active_states() {
+  Stmt& s = stmt(
+      "SELECT id, state, held, cancel_requested, eligible_s, attempts FROM jobs WHERE state IN ('PENDING', "
+      "'RUNNING') ORDER BY id");
+  std::vector<ActiveState> out;
+  while (s.step())
+    out.push_back({s.i64(0), s.text(1) == "RUNNING" ? JobState::Running : JobState::Pending, s.i32(2) != 0,
+                   s.i32(3) != 0, s.f64(4), s.i32(5)});
+  return out;
+}
+
+std::vector<std::pair<std::int64_t, JobState>> Store::states_of(const std::vector<std::int64_t>& ids) {
+  std::vector<std::pair<std::int64_t, JobState>> out;
+  Stmt& s = stmt("SELECT state FROM jobs WHERE id = ?");
+  Stmt::Finish finish{s};
+  for (std::int64_t id : ids) {
+    s.reset().bind(id);
+    if (s.step()) out.emplace_back(id, parse_state(s.text(0)).value_or(JobState::Lost));
+  }
+  return out;
+}
+
+std::vector<std::pair<std::int64_t, std::vector<JobState>>> Store::dependency_states(
+    const std::vector<std::int64_t>& ids) {
+  std::vector<std::pair<std::int64_t, std::vector<JobState>>> out;
+  Stmt& s = stmt("SELECT state FROM jobs WHERE array_parent = ?1 OR (id = ?1 AND array_parent IS NULL)");
+  for (std::int64_t id : ids) {
+    std::vector<JobState> states;
+    s.reset().bind(id);
+    while (s.step()) states.push_back(parse_state(s.text(0)).value_or(JobState::Lost));
+    if (!states.empty()) out.emplace_back(id, std::move(states));
+  }
+  return out;
+}
+
+bool Store::start_attempt(std::int64_t id, const std::vector<TaskAlloc>& alloc, const std::string& host,
+                          double now) {
+  bool started = false;
+  transaction([&] {
+    stmt("UPDATE jobs SET state = 'RUNNING', reason = '', attempts = attempts + 1, start_s = ?, end_s = NULL, "
+         "exit_code = NULL, signal = NULL, alloc = ?, host = ? WHERE id = ? AND state = 'PENDING' AND held = 0")
+        .bind(now)
+        .bind(alloc_to_json(alloc).dump())
+        .bind(host)
+        .bind(id)
+        .run();
+    started = sqlite3_changes(db_) > 0;
+  });
+  return started;
+}
+
+bool Store::undo_start(std::int64_t id, int attempt) {
+  stmt("UPDATE jobs SET state = 'PENDING', attempts = attempts - 1, start_s = NULL, alloc = NULL, host = '' "
+       "WHERE id = ? AND state = 'RUNNING' AND attempts = ?")
+      .bind(id)
+      .bind(attempt)
+      .run();
+  return sqlite3_changes(db_) > 0;
+}
+
+void Store::set_reasons(const std::vector<std::pair<std::int64_t, std::string>>& reasons) {
+  if (reasons.empty()) return;
+  transaction([&] {
+    Stmt& s = stmt("UPDATE jobs SET reason = ? WHERE id = ? AND state = 'PENDING'");
+    for (const auto& [id, reason] : reasons) s.reset().bind(reason).bind(id).run();
+  });
+}
+
+bool Store::finish(std::int64_t id, JobState state, const std::string& reason, double now) {
+  Stmt& s = stmt(
+      "UPDATE jobs SET state = ?, reason = ?, end_s = ? WHERE id = ? AND state IN ('PENDING', 'RUNNING')");
+  s.bind(state_name(state)).bind(reason).bind(now).bind(id).run();
+  return sqlite3_changes(db_) > 0;
+}
+
+void Store::task_started(std::int64_t id, int attempt, int task, int pid, double now) {
+  stmt("INSERT OR REPLACE INTO tasks(job_id, attempt, task, pid, start_s) VALUES(?, ?, ?, ?, ?)")
+      .bind(id)
+      .bind(attempt)
+      .bind(task)
+      .bind(pid)
+      .bind(now)
+      .run();
+}
+
+void Store::task_ended(std::int64_t id, int attempt, int task, std::optional<int> exit_code, std::optional<int> signal,
+                       double now) {
+  stmt("UPDATE tasks SET end_s = ?, exit_code = ?, signal = ? WHERE job_id = ? AND attempt = ? AND task = ?")
+      .bind(now)
+      .bind(exit_code)
+      .bind(signal)
+      .bind(id)
+      .bind(attempt)
+      .bind(task)
+      .run();
+}
+
+JobState Store::end_attempt(std::int64_t id, int attempt, const AttemptEnd& end) {
+  JobState result = JobState::Lost;
+  transaction([&] {
+    const std::optional<JobRecord> job = this->job(id);
+    if (!job || job->state != JobState::Running || job->attempts != attempt) {
+      result = job ? job->state : JobState::Lost;
+      return;  // already ended (declared LOST meanwhile): keep the first verdict
+    }
+    Transition t = after_attempt(job->spec, attempt, end);
+    if (job->cancel_requested && end.how == AttemptEnd::How::Cancelled) t.reason = job->reason;
+    stmt("UPDATE jobs SET state = ?, reason = ?, end_s = ?, exit_code = ?, signal = ?, eligible_s = ?, "
+         "cancel_requested = 0 WHERE id = ?")
+        .bind(state_name(t.state))
+        .bind(t.reason)
+        .bind(end.end_s)
+        .bind(end.exit_code)
+        .bind(end.signal)
+        .bind(t.retry_at_s.value_or(job->eligible_s))
+        .bind(id)
+        .run();
+    result = t.state;
+  });
+  return result;
+}
+
+std::optional<std::string> Store::meta(const std::string& key) {
+  Stmt& s = stmt("SELECT value FROM meta WHERE key = ?");
+  Stmt::Finish finish{s};
+  s.bind(key);
+  if (!s.step()) return std::nullopt;
+  return s.text(0);
+}
+
+void Store::set_meta(const std::string& key, const std::string& value) {
+  stmt("INSERT OR REPLACE INTO meta(key, value) VALUES(?, ?)").bind(key).bind(value).run();
+}
+
+std::vector<std::pair<std::string, std::pair<double, double>>> Store::usage() {
+  Stmt& s = stmt("SELECT tenant, value, updated_s FROM usage ORDER BY tenant");
+  std::vector<std::pair<std::string, std::pair<double, double>>> out;
+  while (s.step()) out.push_back({s.text(0), {s.f64(1), s.f64(2)}});
+  return out;
+}
+
+void Store::set_usage(const std::vector<std::pair<std::string, std::pair<double, double>>>& usage) {
+  transaction([&] {
+    Stmt& s = stmt("INSERT OR REPLACE INTO usage(tenant, value, updated_s) VALUES(?, ?, ?)");
+    for (const auto& [tenant, v] : usage) s.reset().bind(tenant).bind(v.first).bind(v.second).run();
+  });
+}
+
+Transition after_attempt(const JobSpec& spec, int attempts_made, const AttemptEnd& end) {
+  using How = AttemptEnd::How;
+  Transition t;
+  switch (end.how) {
+    case How::Cancelled:
+      return {JobState::Cancelled, "cancelled", std::nullopt};
+    case How::TimedOut:
+      return {JobState::Timeout, "TimeLimit", std::nullopt};
+    case How::Exited:
+      if (end.exit_code.value_or(0) == 0) return {JobState::Completed, "", std::nullopt};
+      t = {JobState::Failed, fmt::format("NonZeroExitCode {}", *end.exit_code), std::nullopt};
+      break;
+    case How::Signaled:
+      t = {JobState::Failed, "Signal " + signal_name(end.signal.value_or(0)), std::nullopt};
+      break;
+  }
+  const RetryPolicy& r = spec.retry;
+  const bool qualifies =
+      end.how == How::Exited
+          ? std::find(r.on_exit_codes.begin(), r.on_exit_codes.end(), *end.exit_code) != r.on_exit_codes.end()
+          : std::find(r.on_signals.begin(), r.on_signals.end(), end.signal.value_or(0)) != r.on_signals.end();
+  if (qualifies && attempts_made < r.max_attempts) {
+    const double backoff = std::min(600.0, r.backoff_s * std::pow(2.0, attempts_made - 1));
+    return {JobState::Pending, fmt::format("BeginTime (retry {} of {} after {})", attempts_made + 1, r.max_attempts,
+                                           t.reason),
+            end.end_s + backoff};
+  }
+  return t;
+}
+
+}  // namespace rkit::rsub

@@ -1,0 +1,191 @@
+// File: rsub/store.hpp
+//
+// The job store: one SQLite database in WAL mode, `<state>/rsub/jobs.db`, shared by the
+// clients (submit, ls, cancel ...), the daemon and the per-job supervisors. Every change
+// is one transaction, so a client, the daemon or a supervisor killed at any point leaves
+// the store as it was before or after the change, never between. WAL lets clients read
+// and submit while the daemon writes, and while no daemon runs at all.
+//
+//   Store store(state_dir() + "/rsub");
+//   std::vector<std::int64_t> ids = store.submit(spec, {"alice", 1000}, now_s());
+//   std::optional<JobRecord> job = store.job(ids[0]);
+//
+// Concurrency: SQLite serialises writers; a writer waits up to 30 s for the lock
+// (busy_timeout) and then throws Error(TempFail). Ids come from AUTOINCREMENT, so they are
+// unique across concurrent submitters and never reused. One Store per thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "job.hpp"
+#include "spec.hpp"
+
+struct sqlite3;
+
+namespace rkit::rsub {
+
+struct Submitter {
+  std::string user;
+  std::uint32_t uid = 0;
+};
+
+// One job (an array element is a job of its own) as stored.
+struct JobRecord {
+  std::int64_t id = 0;
+  std::optional<std::int64_t> array_parent;  // the id of the array's first element
+  std::optional<int> array_index;
+  JobSpec spec;
+  std::string user;
+  std::uint32_t uid = 0;
+  JobState state = JobState::Pending;
+  std::string reason;       // PENDING: why it waits; terminal: what ended it
+  bool held = false;
+  bool cancel_requested = false;
+  double submit_s = 0;
+  double eligible_s = 0;    // not before (a retry's backoff)
+  std::optional<double> start_s, end_s;  // of the last attempt
+  std::optional<int> exit_code, signal;
+  int attempts = 0;         // attempts started
+  std::vector<TaskAlloc> alloc;  // the last attempt's
+  std::string host;         // where it ran
+  // As stored: the spec's part of the record and the allocation, as JSON text (empty for
+  // a job not from the store). A light read (JobFilter::light) fills these, not spec and
+  // alloc, so that listing many jobs parses nothing.
+  std::string record_fields, alloc_text;
+
+  // "12", or "12_3" for element 3 of array 12.
+  std::string display_id() const;
+  // The rkit.job.v1 record (rkit(7) lists its fields), as one JSON line and as JSON.
+  std::string to_json_line() const;
+  Json to_json() const;
+};
+
+// The spec's part of rkit.job.v1, as JSON text (stored with the job at submit).
+std::string spec_record_fields(const JobSpec& spec);
+
+struct JobFilter {
+  bool all = false;                   // also finished jobs
+  std::optional<std::string> tenant, user;
+  std::optional<JobState> state;
+  bool light = false;                 // records for output only: no spec, no alloc
+};
+
+// How one attempt of a job ended, as its supervisor saw it.
+struct AttemptEnd {
+  enum class How { Exited, Signaled, TimedOut, Cancelled };
+  How how = How::Exited;
+  std::optional<int> exit_code;  // the first failing task's (or 0)
+  std::optional<int> signal;
+  double end_s = 0;
+};
+
+class Store {
+ public:
+  // Opens the database in `dir` (created, with the schema, when missing). Error(IoErr)
+  // or Error(NoPerm) when the directory or the database cannot be used.
+  explicit Store(const std::string& dir);
+  ~Store();
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  const std::string& dir() const { return dir_; }
+
+  // --- clients ---------------------------------------------------------------------
+  // Stores the job (an array: one job per index, all in one transaction) and returns the
+  // ids. PENDING, or PENDING and held when spec.hold.
+  std::vector<std::int64_t> submit(const JobSpec& spec, const Submitter& who, double now);
+  std::optional<JobRecord> job(std::int64_t id);
+  // "12" (a job, or every element of array 12), "12_3" (one element). Empty when unknown;
+  // Error(Usage) when the text is not an id.
+  std::vector<JobRecord> resolve(const std::string& text);
+  // Jobs by id; active ones (PENDING, RUNNING) unless filter.all.
+  void each_job(const JobFilter& filter, const std::function<void(const JobRecord&)>& fn);
+  std::vector<JobRecord> jobs(const JobFilter& filter);
+  // A pending job becomes CANCELLED at once (true); a running one is marked for its
+  // supervisor, which the daemon signals (false); a finished one is left alone (false).
+  bool cancel(std::int64_t id, const std::string& by, double now);
+  // Holds or releases a pending job; false when it is not pending.
+  bool set_held(std::int64_t id, bool held);
+  // Changes whenever another connection commits (PRAGMA data_version).
+  std::uint64_t data_version();
+
+  // --- the daemon -----------------------------------------------------------------------
+  std::vector<JobRecord> active_jobs();       // PENDING and RUNNING, by id
+  // Only the columns that change while a job is active, for jobs with id > after_id
+  // loaded in full elsewhere: the daemon's cheap refresh.
+  struct ActiveState {
+    std::int64_t id;
+    JobState state;
+    bool held, cancel_requested;
+    double eligible_s;
+    int attempts;
+  };
+  std::vector<ActiveState> active_states();
+  std::vector<JobRecord> active_jobs_after(std::int64_t after_id);
+  // The state of each job of `ids`; unknown ids are left out.
+  std::vector<std::pair<std::int64_t, JobState>> states_of(const std::vector<std::int64_t>& ids);
+  // For dependencies: the states of each of `ids` read as `resolve` reads an id (the job,
+  // or every element of the array it names). Unknown ids are left out.
+  std::vector<std::pair<std::int64_t, std::vector<JobState>>> dependency_states(const std::vector<std::int64_t>& ids);
+  // PENDING → RUNNING for the next attempt with this allocation; false (and no change)
+  // when the job is no longer pending and releasable (cancelled or held meanwhile).
+  bool start_attempt(std::int64_t id, const std::vector<TaskAlloc>& alloc, const std::string& host, double now);
+  // RUNNING → PENDING for an attempt whose supervisor never started (the attempt does
+  // not count). False when the job is no longer in that attempt.
+  bool undo_start(std::int64_t id, int attempt);
+  // Pending reasons, in one transaction.
+  void set_reasons(const std::vector<std::pair<std::int64_t, std::string>>& reasons);
+  // Ends an active job without running it further (FAILED DependencyNeverSatisfied,
+  // LOST ...). False when it was no longer active.
+  bool finish(std::int64_t id, JobState state, const std::string& reason, double now);
+
+  // --- supervisors ----------------------------------------------------------------------
+  void task_started(std::int64_t id, int attempt, int task, int pid, double now);
+  void task_ended(std::int64_t id, int attempt, int task, std::optional<int> exit_code, std::optional<int> signal,
+                  double now);
+  // Records the attempt's end: the job becomes terminal, or PENDING again when the retry
+  // policy asks for another attempt (eligible after the backoff). Returns the new state.
+  JobState end_attempt(std::int64_t id, int attempt, const AttemptEnd& end);
+
+  // --- shared bookkeeping ---------------------------------------------------------------
+  std::optional<std::string> meta(const std::string& key);
+  void set_meta(const std::string& key, const std::string& value);
+  // Tenant → decayed usage and when it was last decayed.
+  std::vector<std::pair<std::string, std::pair<double, double>>> usage();
+  void set_usage(const std::vector<std::pair<std::string, std::pair<double, double>>>& usage);
+
+  // Runs `fn` in one write transaction (BEGIN IMMEDIATE ... COMMIT; rolled back when it
+  // throws). Nested calls join the outer transaction.
+  void transaction(const std::function<void()>& fn);
+
+ private:
+  class Stmt;
+  Stmt& stmt(const char* sql);
+  JobRecord read_job(Stmt& s, bool light = false);
+  void exec(const char* sql);
+
+  std::string dir_;
+  sqlite3* db_ = nullptr;
+  int depth_ = 0;
+  std::vector<std::pair<const char*, std::unique_ptr<Stmt>>> cache_;
+};
+
+// Seconds since the Unix epoch, as stored.
+double now_s();
+
+// What the retry policy makes of an attempt's end: the next state, its reason, and for
+// a retry the time it may start.
+struct Transition {
+  JobState state = JobState::Completed;
+  std::string reason;
+  std::optional<double> retry_at_s;
+};
+Transition after_attempt(const JobSpec& spec, int attempts_made, const AttemptEnd& end);
+
+}  // namespace rkit::rsub
