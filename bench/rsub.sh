@@ -23,7 +23,7 @@ export RKIT_STATE_DIR=$tmp/state RKIT_CONFIG=$tmp/rsub.toml
 mkdir -p "$RKIT_STATE_DIR" "$tmp/work"
 printf '[local]\ncpus = %d\ngpus = 0\n' "$(nproc)" >"$RKIT_CONFIG"  # Slurm's node has nproc CPUs too
 cleanup() {
-  local pid_file=$RKIT_STATE_DIR/rsub/daemon.pid pid i
+  local pid_file=$tmp/state/rsub/daemon.pid pid i  # the big store below has no daemon
   if [[ -s $pid_file ]]; then  # not our child: wait for it by polling
     pid=$(<"$pid_file")
     kill "$pid" 2>/dev/null || true

@@ -102,6 +102,19 @@ TEST(RsubStore, AttemptsRetryAsThePolicySaysAndEndOnce) {
   EXPECT_EQ(store.job(id)->exit_code, 75);
 }
 
+TEST(RsubStore, ACancelledJobIsNeverRetried) {
+  testing::TempDir dir;
+  Store store(dir.path());
+  JobSpec spec = simple();
+  spec.retry = RetryPolicy{3, {75}, {}, 1};
+  const auto id = store.submit(spec, kAlice, now_s()).front();
+  ASSERT_TRUE(store.start_attempt(id, {TaskAlloc{}}, "h", now_s()));
+  EXPECT_FALSE(store.cancel(id, "alice", now_s()));  // running: marked for the supervisor
+  // The task fails with a retry code before the supervisor hears of the cancel.
+  EXPECT_EQ(store.end_attempt(id, 1, {AttemptEnd::How::Exited, 75, std::nullopt, now_s()}), JobState::Cancelled);
+  EXPECT_EQ(store.job(id)->reason, "cancelled by alice");
+}
+
 TEST(RsubStore, AfterAttemptMapsEndsToStates) {
   JobSpec spec = simple();
   using How = AttemptEnd::How;

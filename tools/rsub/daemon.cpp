@@ -21,7 +21,6 @@
 #include <iostream>
 #include <set>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "rkit/atomic_file.hpp"
 #include "rkit/error.hpp"
@@ -38,16 +37,17 @@ std::string lock_path(const std::string& dir, std::int64_t id, int attempt) {
 
 namespace {
 
-// The wake socket lives in the abstract namespace (no file to go stale, no path-length
-// limit), named after the state directory.
+// The wake socket is a file in the state directory, so that the directory's permissions
+// say who may reach it, and only the daemon (which holds daemon.lock) binds it.
 sockaddr_un wake_address(const std::string& dir, socklen_t& len) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
-  char resolved[PATH_MAX];
-  const std::string key = ::realpath(dir.c_str(), resolved) ? resolved : dir;
-  const std::string name = fmt::format("rkit.rsub.{:016x}", std::hash<std::string>{}(key));
-  std::memcpy(addr.sun_path + 1, name.data(), name.size());
-  len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  const std::string path = dir + "/wake.sock";
+  if (path.size() >= sizeof addr.sun_path)
+    throw Error(Exit::Config, fmt::format("state directory {}: path too long for its wake socket", dir),
+                "set rsub.state_dir or RKIT_STATE_DIR to a shorter path");
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + path.size() + 1);
   return addr;
 }
 
@@ -201,8 +201,7 @@ namespace {
 
 class Daemon {
  public:
-  Daemon(const Settings& s, const Machine& m, const DaemonOptions& o)
-      : s_(s), machine_(m), opt_(o), store_(s.dir) {
+  Daemon(const Settings& s, const Machine& m) : s_(s), machine_(m), store_(s.dir) {
     char name[256] = {};
     ::gethostname(name, sizeof name - 1);
     host_ = name;
@@ -217,15 +216,17 @@ class Daemon {
     for (auto it = jobs_.begin(); it != jobs_.end();) {
       auto found = now_active.find(it->first);
       if (found == now_active.end()) {
-        if (it->second.state == JobState::Running) account(it->second, now_s());
+        forget(it->second);
         it = jobs_.erase(it);
         continue;
       }
       const Store::ActiveState& st = *found->second;
       JobRecord& j = it->second;
       if (st.attempts != j.attempts || st.state != j.state) {
+        if (j.state == JobState::Running) account(j, now_s());
         j = *store_.job(j.id);  // started, requeued or ended meanwhile: take it whole
         if (terminal(j.state)) {
+          forget(j);
           it = jobs_.erase(it);
           continue;
         }
@@ -248,7 +249,7 @@ class Daemon {
     for (auto& [id, j] : jobs_) {
       if (j.state != JobState::Running) continue;
       const std::string lock = lock_path(s_.dir, id, j.attempts);
-      if (j.cancel_requested && !signalled_.count(id)) signal_shim(lock, id);
+      if (j.cancel_requested && !signalled_.count({id, j.attempts})) signal_shim(lock, id, j.attempts);
       const int held = probe_lock(lock);
       if (held == 1) continue;
       // Free or missing: the supervisor is gone. Read the store again (it records the end
@@ -263,13 +264,22 @@ class Daemon {
         const auto now = store_.job(id);
         if (!now || now->state != JobState::Running || now->attempts != j.attempts) return;
         changed = true;
-        if (pid.empty()) {  // the daemon died between marking the attempt and starting it
-          store_.undo_start(id, j.attempts);
-        } else {
-          store_.finish(id, JobState::Lost,
-                        fmt::format("the supervisor of attempt {} vanished without recording an end", j.attempts),
-                        now_s());
+        if (pid.empty() && !store_.attempt_started(id, j.attempts)) {
+          // No supervisor ever ran: the daemon died between marking the attempt and
+          // starting it, or the supervisor could not start (said in daemon.log).
+          if (++start_failures_[id] < 3) {
+            store_.undo_start(id, j.attempts);
+          } else {
+            store_.finish(id, JobState::Failed, "its supervisor could not start 3 times (see daemon.log)", now_s());
+          }
+          return;
         }
+        // Its tasks die with it (PR_SET_PDEATHSIG); what they started in their process
+        // group goes now, before the scheduler hands their cores out again.
+        if (auto group = store_.task_group(id, j.attempts); group && *group > 1) ::kill(-*group, SIGKILL);
+        store_.finish(id, JobState::Lost,
+                      fmt::format("the supervisor of attempt {} vanished without recording an end", j.attempts),
+                      now_s());
       });
     }
     return changed;
@@ -364,7 +374,8 @@ class Daemon {
   }
 
   void spawn_shim(std::int64_t id, int attempt, int lock_fd) {
-    std::vector<std::string> args = {opt_.exe, "_shim", s_.dir, std::to_string(id), std::to_string(attempt),
+    // /proc/self/exe: this very program, even after a package upgrade replaced its file.
+    std::vector<std::string> args = {"/proc/self/exe", "_shim", s_.dir, std::to_string(id), std::to_string(attempt),
                                      std::to_string(lock_fd), fmt::format("{}", s_.kill_grace_s)};
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
@@ -372,7 +383,7 @@ class Daemon {
     const pid_t pid = ::fork();
     if (pid < 0) {
       std::cerr << "rsub daemon: fork: " << std::strerror(errno) << "\n";
-      return;  // the lock file exists and is free: the next pass declares the attempt LOST
+      return;  // the lock is free and holds no pid: the next pass queues the job again
     }
     if (pid == 0) {  // a new session, then a grandchild that init adopts: it outlives us
       ::setsid();
@@ -380,16 +391,21 @@ class Daemon {
       ::fcntl(lock_fd, F_SETFD, 0);  // the supervisor inherits the lock, and nothing else
       ::close_range(3, static_cast<unsigned>(lock_fd) - 1, 0);
       ::close_range(static_cast<unsigned>(lock_fd) + 1, ~0U, 0);
-      sigset_t none;
-      sigemptyset(&none);
-      ::sigprocmask(SIG_SETMASK, &none, nullptr);
+      // Default dispositions; the supervisor's signals stay blocked until it waits for them.
+      for (int sig = 1; sig < NSIG; ++sig) ::signal(sig, SIG_DFL);
+      sigset_t mask;
+      sigemptyset(&mask);
+      for (int sig : {SIGCHLD, SIGTERM, SIGINT, SIGHUP}) sigaddset(&mask, sig);
+      ::sigprocmask(SIG_SETMASK, &mask, nullptr);
       ::execv(argv[0], argv.data());
+      const std::string line = std::string("rsub daemon: cannot start a supervisor: ") + std::strerror(errno) + "\n";
+      [[maybe_unused]] auto n = ::write(2, line.data(), line.size());
       ::_exit(127);
     }
     ::waitpid(pid, nullptr, 0);
   }
 
-  void signal_shim(const std::string& lock, std::int64_t id) {
+  void signal_shim(const std::string& lock, std::int64_t id, int attempt) {
     std::string text;
     try {
       text = read_file(lock, 64);
@@ -397,14 +413,22 @@ class Daemon {
       return;
     }
     const int pid = std::atoi(text.c_str());
-    if (pid > 1 && probe_lock(lock) == 1 && ::kill(pid, SIGTERM) == 0) signalled_.insert(id);
+    if (pid > 1 && probe_lock(lock) == 1 && ::kill(pid, SIGTERM) == 0) signalled_.insert({id, attempt});
   }
 
   // Fair-share usage: core-seconds plus gpu_weight × GPU-seconds, decayed.
   void account(const JobRecord& j, double now) {
     const double from = std::max(j.start_s.value_or(now), last_pass_);
     const auto& r = j.spec.resources;
-    usage_[j.spec.tenant].first += std::max(0.0, now - from) * r.tasks * (r.cpus_per_task + s_.gpu_weight * r.gpus_per_task);
+    auto& usage = usage_.try_emplace(j.spec.tenant, 0.0, now).first->second;
+    usage.first += std::max(0.0, now - from) * r.tasks * (r.cpus_per_task + s_.gpu_weight * r.gpus_per_task);
+  }
+  // A job leaves the active set: its last stretch of usage, and what was kept about it.
+  void forget(const JobRecord& j) {
+    if (j.state == JobState::Running) account(j, now_s());
+    start_failures_.erase(j.id);
+    for (auto it = signalled_.lower_bound({j.id, 0}); it != signalled_.end() && it->first == j.id;)
+      it = signalled_.erase(it);
   }
   void decay_usage(double now) {
     for (auto& [tenant, v] : usage_) v.first = decay(v.first, std::max(0.0, now - v.second), s_.half_life_s);
@@ -425,12 +449,12 @@ class Daemon {
  private:
   Settings s_;
   Machine machine_;
-  DaemonOptions opt_;
   Store store_;
   std::string host_;
   std::map<std::int64_t, JobRecord> jobs_;
   std::int64_t max_id_ = 0;
-  std::unordered_set<std::int64_t> signalled_;
+  std::set<std::pair<std::int64_t, int>> signalled_;  // (job, attempt) sent a cancel
+  std::unordered_map<std::int64_t, int> start_failures_;  // attempts whose supervisor never ran
   std::map<std::string, std::pair<double, double>> usage_;
   double last_pass_ = now_s();
   double usage_saved_ = 0;
@@ -454,11 +478,13 @@ int run_daemon(const Settings& settings, const DaemonOptions& options) {
   socklen_t len = 0;
   const sockaddr_un addr = wake_address(settings.dir, len);
   UniqueFd wake(::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  ::unlink(addr.sun_path);  // a dead daemon's: we hold the lock
   if (!wake || ::bind(wake.get(), reinterpret_cast<const sockaddr*>(&addr), len) != 0)
     throw system_error("bind the rsub wake socket", errno);
+  ::chmod(addr.sun_path, 0666);  // whoever may enter the directory may wake us
 
   const Machine machine = local_machine(settings);
-  Daemon daemon(settings, machine, options);
+  Daemon daemon(settings, machine);
   Json gpu_names = Json::array();
   for (const auto& g : machine.topology.gpus) gpu_names.push_back(g.name);
   daemon.store().set_meta("capacity", Json{{"cpus", machine.topology.cores.size()},
@@ -468,7 +494,12 @@ int run_daemon(const Settings& settings, const DaemonOptions& options) {
                                           .dump());
   atomic_write_file(settings.dir + "/daemon.pid", std::to_string(::getpid()) + "\n");
   for (;;) {
-    daemon.pass();
+    try {
+      daemon.pass();
+    } catch (const std::exception& e) {  // a busy or damaged store: say so, try again
+      if (options.once) throw;
+      std::cerr << "rsub daemon: scheduling pass failed: " << e.what() << '\n';
+    }
     if (options.once) break;
     pollfd fds[2] = {{wake.get(), POLLIN, 0}, {sig_fd.get(), POLLIN, 0}};
     ::poll(fds, 2, 1000);
@@ -479,11 +510,12 @@ int run_daemon(const Settings& settings, const DaemonOptions& options) {
   }
   daemon.finish_up();
   ::unlink((settings.dir + "/daemon.pid").c_str());
+  ::unlink(addr.sun_path);
   return 0;
 }
 
 SchedPlan dry_pass(const Settings& settings, const Machine& machine) {
-  Daemon d(settings, machine, {});
+  Daemon d(settings, machine);
   d.refresh();
   return schedule(d.input(now_s()));
 }
@@ -493,7 +525,7 @@ PassTiming time_pass(const Settings& settings, const Machine& machine) {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
   };
   PassTiming out;
-  Daemon d(settings, machine, {});
+  Daemon d(settings, machine);
   auto t = std::chrono::steady_clock::now();
   d.refresh();
   out.load_ms = ms_since(t);

@@ -7,7 +7,7 @@
 //   <state>/rsub/jobs.db          the store (store.hpp)
 //   <state>/rsub/daemon.lock      flock()ed by the one daemon for its whole life
 //   <state>/rsub/daemon.pid       its pid (written after it holds the lock)
-//   <state>/rsub/wake.sock        a datagram socket: any byte wakes the daemon
+//   <state>/rsub/wake.sock        the daemon's datagram socket: any byte wakes it
 //   <state>/rsub/run/ID.N.lock    flock()ed by the supervisor of attempt N of job ID
 //   <state>/rsub/logs/ID/task-T.out, .err   each task's output (attempts append)
 //
@@ -63,9 +63,7 @@ bool wake_daemon(const std::string& dir);
 void ensure_daemon(const std::string& exe, const std::string& config_path, const std::string& dir);
 
 struct DaemonOptions {
-  bool once = false;           // one scheduling pass, then exit (tests, benchmarks)
-  std::string exe;             // this program, for the supervisors
-  std::string config_path;     // passed to the supervisors
+  bool once = false;  // one scheduling pass, then exit (tests, benchmarks)
 };
 // Runs the daemon until SIGTERM or SIGINT. Returns 0, or 75 when another daemon holds the
 // lock (the caller decides whether that is an error).

@@ -150,7 +150,7 @@ int main(int argc, char** argv) {
         ensure_daemon(ctx.exe, ctx.config_path, ctx.settings.dir);
         return 0;
       }
-      if (run_daemon(ctx.settings, {once, ctx.exe, ctx.config_path}) == 75)
+      if (run_daemon(ctx.settings, {once}) == 75)
         throw Error(Exit::TempFail, "a daemon already runs for " + ctx.settings.dir);
       return 0;
     }

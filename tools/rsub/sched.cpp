@@ -38,15 +38,6 @@ std::string count(std::int64_t n, std::string_view noun) {
   return fmt::format("{} {}{}", n, noun, n == 1 ? "" : "s");
 }
 
-std::string_view dep_name(DepType type) {
-  switch (type) {
-    case DepType::AfterOk: return "afterok";
-    case DepType::AfterAny: return "afterany";
-    case DepType::AfterNotOk: return "afternotok";
-  }
-  return "?";
-}
-
 // Cores, GPUs (of the type at hand) and memory bytes. Signed: a slack may be negative.
 struct Amount {
   std::int64_t cores = 0, gpus = 0, memory = 0;
@@ -222,12 +213,12 @@ bool Pass::blocked(const Entry& e, Verdict& v) const {
                        (d.type == DepType::AfterNotOk && *s == DepStatus::Completed);
     if (never)
       return verdict("DependencyNeverSatisfied",
-                     fmt::format("{}:{} can never be satisfied: job {} {}", dep_name(d.type), d.job, d.job,
+                     fmt::format("{}:{} can never be satisfied: job {} {}", dep_type_name(d.type), d.job, d.job,
                                  !s ? "is unknown" : *s == DepStatus::Completed ? "completed" : "did not succeed"),
                      true);
     if (*s == DepStatus::Active) {
       if (v.waits_for.empty())
-        waiting = fmt::format("waits for job {} ({}, {})", d.job, dep_name(d.type),
+        waiting = fmt::format("waits for job {} ({}, {})", d.job, dep_type_name(d.type),
                               running_ids_.count(d.job) ? "running" : "pending");
       v.waits_for.push_back(d.job);
     }

@@ -15,13 +15,13 @@
 //   there is none), S = the tenant's shares / the shares of all tenants with pending or
 //   running jobs; A = min(age / max_age, 1), age = now − submit time; P = the job's
 //   priority (−1000..1000). Ties: earlier submit, then lower id.
-// - Blocked before they compete (their reason says why): held (JobHeldUser); a
-//   dependency not yet satisfied (Dependency) or never satisfiable
-//   (DependencyNeverSatisfied: the verdict has `never` set and the daemon fails the job);
-//   a retry's backoff not over (BeginTime); its array at max_concurrent running
-//   (JobArrayTaskLimit); its tenant at max_gpus or max_cpus (TenantGpuLimit,
-//   TenantCpuLimit); its user at max_running_jobs_per_user (UserJobLimit); more than the
-//   whole machine has (Impossible: `never` is set and the daemon fails the job).
+// - Blocked before they compete (their reason says why), checked in this order: more
+//   than the whole machine has (Impossible) or a dependency that can never be satisfied
+//   (DependencyNeverSatisfied) — for both the verdict has `never` set and the daemon fails
+//   the job, held or not; held (JobHeldUser); a dependency not yet satisfied
+//   (Dependency); a retry's backoff not over (BeginTime); its array at max_concurrent
+//   running (JobArrayTaskLimit); its user at max_running_jobs_per_user (UserJobLimit);
+//   its tenant at max_gpus or max_cpus (TenantGpuLimit, TenantCpuLimit).
 // - Gang: all tasks of a job are placed at once (rkit::place with the running jobs'
 //   cores and GPUs busy, GPUs of another type busy too) or none is.
 // - EASY backfill: walking the eligible jobs by score, each that fits starts; the first

@@ -12,6 +12,7 @@
 #include <pwd.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -19,13 +20,14 @@
 #include <cerrno>
 #include <cstring>
 #include <ctime>
+#include <functional>
+#include <iostream>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "daemon.hpp"
 #include "rkit/error.hpp"
-#include "rkit/file.hpp"
 #include "store.hpp"
 
 namespace rkit::rsub {
@@ -38,7 +40,8 @@ std::string join(const std::vector<int>& v) {
   return out;
 }
 
-// Everything a task's child needs, built before fork (the child only makes system calls).
+// Everything a task's child needs, built before fork. The supervisor is single-threaded,
+// so the child may also look up its user (getpwuid) before exec.
 struct TaskLaunch {
   std::vector<std::string> args, env;
   std::vector<char*> argv, envp;
@@ -109,6 +112,9 @@ TaskLaunch prepare(const JobRecord& job, int task, const std::string& log_dir) {
   const int err = ::open(t.err_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   const int in = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   if (out < 0 || err < 0 || in < 0 || ::dup2(in, 0) < 0 || ::dup2(out, 1) < 0 || ::dup2(err, 2) < 0) ::_exit(126);
+  // Default dispositions and no blocked signal: ignored ones (SIGPIPE under systemd,
+  // SIGHUP under nohup) would otherwise survive exec into the job.
+  for (int sig = 1; sig < NSIG; ++sig) ::signal(sig, SIG_DFL);
   sigset_t none;
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -119,6 +125,10 @@ TaskLaunch prepare(const JobRecord& job, int task, const std::string& log_dir) {
     if (!pw || ::initgroups(pw->pw_name, pw->pw_gid) != 0 || ::setgid(pw->pw_gid) != 0 || ::setuid(job.uid) != 0)
       child_fail("cannot become the job's user", std::strerror(errno));
   }
+  // A supervisor killed outright takes its tasks with it (set after setuid, which clears
+  // it), so that a LOST job leaves nothing running on cores the scheduler hands out again.
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() == 1) ::_exit(137);  // the supervisor died before the line above
   if (::chdir(t.workdir.c_str()) != 0) child_fail(t.workdir.c_str(), std::strerror(errno));
   ::execvpe(t.argv[0], t.argv.data(), t.envp.data());
   child_fail(t.argv[0], std::strerror(errno));
@@ -133,14 +143,19 @@ double monotonic() {
 }  // namespace
 
 int run_shim(const std::string& dir, std::int64_t id, int attempt, int lock_fd, double kill_grace_s) {
-  ::fcntl(lock_fd, F_SETFD, FD_CLOEXEC);  // tasks do not inherit the lock
-  const std::string pid_text = std::to_string(::getpid()) + "\n";
-  if (::ftruncate(lock_fd, 0) == 0) write_full(lock_fd, pid_text.data(), pid_text.size(), "lock");
-
+  // Signals first (the daemon starts us with them blocked already): a cancel that comes
+  // as soon as the pid is known must end the attempt as CANCELLED, not kill us.
   sigset_t mask;
   sigemptyset(&mask);
   for (int sig : {SIGCHLD, SIGTERM, SIGINT, SIGHUP}) sigaddset(&mask, sig);
   ::sigprocmask(SIG_BLOCK, &mask, nullptr);
+  ::signal(SIGCHLD, SIG_DFL);  // an inherited SIG_IGN would reap the tasks behind our back
+  ::fcntl(lock_fd, F_SETFD, FD_CLOEXEC);  // tasks do not inherit the lock
+  // The pid in the lock file tells the daemon that tasks may have started: without it
+  // written, start none (the daemon then puts the job back in the queue).
+  const std::string pid_text = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(lock_fd, 0) != 0 || ::write(lock_fd, pid_text.data(), pid_text.size()) != ssize_t(pid_text.size()))
+    throw system_error("record the supervisor's pid", errno);
 
   Store store(dir);
   const std::optional<JobRecord> job = store.job(id);
@@ -162,10 +177,22 @@ int run_shim(const std::string& dir, std::int64_t id, int attempt, int lock_fd, 
     ::setpgid(pid, group);  // also here: whichever of parent and child runs first
     pids[static_cast<std::size_t>(t)] = pid;
   }
+  // The task rows are a record, not the protocol: a store error here (a full disk) must
+  // not leave the tasks unsupervised.
+  auto record = [](const char* what, const std::function<void()>& fn) {
+    try {
+      fn();
+    } catch (const std::exception& e) {
+      std::cerr << "rsub: supervisor: " << what << ": " << e.what() << '\n';
+    }
+  };
   const double started = now_s();
-  store.transaction([&] {
-    for (int t = 0; t < ntasks; ++t)
-      if (pids[static_cast<std::size_t>(t)] > 0) store.task_started(id, attempt, t, pids[static_cast<std::size_t>(t)], started);
+  record("record the tasks' start", [&] {
+    store.transaction([&] {
+      for (int t = 0; t < ntasks; ++t)
+        if (pids[static_cast<std::size_t>(t)] > 0)
+          store.task_started(id, attempt, t, pids[static_cast<std::size_t>(t)], started);
+    });
   });
 
   AttemptEnd end;
@@ -186,7 +213,6 @@ int run_shim(const std::string& dir, std::int64_t id, int attempt, int lock_fd, 
   const std::optional<double> limit = job->spec.time_limit_s;
   int running = 0;
   for (pid_t p : pids) running += p > 0;
-  std::vector<std::pair<std::optional<int>, std::optional<int>>> results(static_cast<std::size_t>(ntasks));
   while (running > 0) {
     // Reap whatever ended.
     for (;;) {
@@ -200,8 +226,7 @@ int run_shim(const std::string& dir, std::int64_t id, int attempt, int lock_fd, 
       std::optional<int> code, sig;
       if (WIFEXITED(status)) code = WEXITSTATUS(status);
       else sig = WTERMSIG(status);
-      results[t] = {code, sig};
-      store.task_ended(id, attempt, static_cast<int>(t), code, sig, now_s());
+      record("record a task's end", [&] { store.task_ended(id, attempt, static_cast<int>(t), code, sig, now_s()); });
       if (code.value_or(1) != 0) end_group(sig ? AttemptEnd::How::Signaled : AttemptEnd::How::Exited, code, sig);
     }
     if (running == 0) break;
@@ -226,7 +251,18 @@ int run_shim(const std::string& dir, std::int64_t id, int attempt, int lock_fd, 
   if (group > 0) ::killpg(group, SIGKILL);  // nothing of the job outlives its attempt
   if (!ending) end.how = AttemptEnd::How::Exited, end.exit_code = 0;
   end.end_s = now_s();
-  store.end_attempt(id, attempt, end);
+  // The end must be stored before the lock goes (else the job is LOST): keep trying for
+  // ten minutes, holding the lock, through a busy or full store.
+  for (int tries = 0;; ++tries) {
+    try {
+      store.end_attempt(id, attempt, end);
+      break;
+    } catch (const std::exception& e) {
+      if (tries == 60) throw;
+      std::cerr << "rsub: supervisor: record the end of job " << id << ": " << e.what() << " (retrying)\n";
+      ::sleep(10);
+    }
+  }
   ::unlink(lock_path(dir, id, attempt).c_str());  // the end is stored: nothing to watch
   wake_daemon(dir);
   return 0;

@@ -373,8 +373,6 @@ std::uint64_t Store::data_version() {
   return s.step() ? static_cast<std::uint64_t>(s.i64(0)) : 0;
 }
 
-std::vector<JobRecord> Store::active_jobs() { return active_jobs_after(0); }
-
 std::vector<JobRecord> Store::active_jobs_after(std::int64_t after_id) {
   static const std::string sql =
       fmt::format("SELECT {} FROM jobs WHERE state IN ('PENDING', 'RUNNING') AND id > ? ORDER BY id", kJobColumns);
@@ -470,6 +468,21 @@ void Store::task_started(std::int64_t id, int attempt, int task, int pid, double
       .run();
 }
 
+bool Store::attempt_started(std::int64_t id, int attempt) {
+  Stmt& s = stmt("SELECT 1 FROM tasks WHERE job_id = ? AND attempt = ? LIMIT 1");
+  Stmt::Finish finish{s};
+  s.bind(id).bind(attempt);
+  return s.step();
+}
+
+std::optional<int> Store::task_group(std::int64_t id, int attempt) {
+  Stmt& s = stmt("SELECT pid FROM tasks WHERE job_id = ? AND attempt = ? AND task = 0");
+  Stmt::Finish finish{s};
+  s.bind(id).bind(attempt);
+  if (!s.step() || s.null(0)) return std::nullopt;
+  return s.i32(0);
+}
+
 void Store::task_ended(std::int64_t id, int attempt, int task, std::optional<int> exit_code, std::optional<int> signal,
                        double now) {
   stmt("UPDATE tasks SET end_s = ?, exit_code = ?, signal = ? WHERE job_id = ? AND attempt = ? AND task = ?")
@@ -491,7 +504,9 @@ JobState Store::end_attempt(std::int64_t id, int attempt, const AttemptEnd& end)
       return;  // already ended (declared LOST meanwhile): keep the first verdict
     }
     Transition t = after_attempt(job->spec, attempt, end);
-    if (job->cancel_requested && end.how == AttemptEnd::How::Cancelled) t.reason = job->reason;
+    // A cancelled job is never retried, whichever way its last attempt happened to end.
+    if (job->cancel_requested && (end.how == AttemptEnd::How::Cancelled || t.state == JobState::Pending))
+      t = {JobState::Cancelled, job->reason, std::nullopt};
     stmt("UPDATE jobs SET state = ?, reason = ?, end_s = ?, exit_code = ?, signal = ?, eligible_s = ?, "
          "cancel_requested = 0 WHERE id = ?")
         .bind(state_name(t.state))

@@ -10,6 +10,9 @@
 //   std::vector<std::int64_t> ids = store.submit(spec, {"alice", 1000}, now_s());
 //   std::optional<JobRecord> job = store.job(ids[0]);
 //
+// Durability: commits survive the death of any process (synchronous=NORMAL in WAL mode);
+// a power loss may undo the last commits before it.
+//
 // Concurrency: SQLite serialises writers; a writer waits up to 30 s for the lock
 // (busy_timeout) and then throws Error(TempFail). Ids come from AUTOINCREMENT, so they are
 // unique across concurrent submitters and never reused. One Store per thread.
@@ -116,7 +119,6 @@ class Store {
   std::uint64_t data_version();
 
   // --- the daemon -----------------------------------------------------------------------
-  std::vector<JobRecord> active_jobs();       // PENDING and RUNNING, by id
   // Only the columns that change while a job is active, for jobs with id > after_id
   // loaded in full elsewhere: the daemon's cheap refresh.
   struct ActiveState {
@@ -149,8 +151,13 @@ class Store {
   void task_started(std::int64_t id, int attempt, int task, int pid, double now);
   void task_ended(std::int64_t id, int attempt, int task, std::optional<int> exit_code, std::optional<int> signal,
                   double now);
+  // Whether any task of the attempt was recorded as started.
+  bool attempt_started(std::int64_t id, int attempt);
+  // The process group of the attempt's tasks (task 0's pid), when recorded.
+  std::optional<int> task_group(std::int64_t id, int attempt);
   // Records the attempt's end: the job becomes terminal, or PENDING again when the retry
-  // policy asks for another attempt (eligible after the backoff). Returns the new state.
+  // policy asks for another attempt (eligible after the backoff) and no cancel was asked
+  // for. Returns the new state.
   JobState end_attempt(std::int64_t id, int attempt, const AttemptEnd& end);
 
   // --- shared bookkeeping ---------------------------------------------------------------
