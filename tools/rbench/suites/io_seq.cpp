@@ -7,10 +7,9 @@
 // MB/s (1e6 bytes per second), fio's "(MB/s)" figure.
 //
 // The file is allocated up front (fallocate, as fio does). Each repetition overwrites the
-// whole file block by block and fsyncs it (the write time covers the write calls and the
-// fsync), then reads it back whole. Only the I/O system calls are on the clock: filling
-// and checking blocks happen between them, so the number is the storage's. The first
-// pass turns the allocated extents into written ones; the warm-up run absorbs that.
+// whole file block by block and fsyncs it, then reads it back whole; each pass is timed
+// whole, from the first call to the fsync or the last read, as fio reports its bandwidth.
+// The first pass turns the allocated extents into written ones; the warm-up absorbs that.
 //
 // The page cache: the file is opened with O_DIRECT; where the filesystem refuses it
 // (EINVAL on open or on the first aligned write: tmpfs before Linux 6.6, some FUSE and
@@ -23,8 +22,8 @@
 // checks the stamps, so a page that comes back from elsewhere in the file or from an
 // earlier pass counts as wrong; after the last pass one untimed read compares every byte.
 // Stamping and checking 16 words per 64 KiB instead of filling and comparing the whole
-// block keeps the CPU work between the timed calls as small as fio's: on these VMs, a full
-// pass over the block between calls slowed the calls themselves (64 KiB reads ~10%).
+// block keeps the CPU work between the calls as small as fio's: on these VMs, a full pass
+// over the block between calls slowed the calls themselves (64 KiB reads ~10%).
 //
 // Space: the file takes at most half the directory's free space. With less, it shrinks to
 // fit (params "file_bytes" says what was used); below 64 MiB the suite throws
@@ -232,30 +231,26 @@ class IoSeq : public Suite {
     for (int pass = 0; pass < passes; ++pass) {
       check_interrupted();  // Ctrl-C unwinds here, and ScratchFile removes the file
       pattern.reset(buf);
-      double write_s = 0;
       if (::lseek(file.fd(), 0, SEEK_SET) < 0) throw system_error("seek " + file.path(), errno);
+      auto t = std::chrono::steady_clock::now();
       for (std::uint64_t b = 0; b < nblocks; ++b) {
         pattern.stamp(buf, pass, b);
-        auto t = std::chrono::steady_clock::now();
         write_full(file.fd(), buf, block, file.path());
-        write_s += seconds(t);
       }
-      auto t = std::chrono::steady_clock::now();
       if (::fsync(file.fd()) != 0) throw system_error("fsync " + file.path(), errno);
-      write_s += seconds(t);
+      const double write_s = seconds(t);
       cache_dropped = ::posix_fadvise(file.fd(), 0, 0, POSIX_FADV_DONTNEED) == 0;
 
-      double read_s = 0;
+      t = std::chrono::steady_clock::now();
       for (std::uint64_t b = 0; b < nblocks; ++b) {
-        t = std::chrono::steady_clock::now();
         const std::size_t got = pread_full(file.fd(), buf, block, b * block, file.path());
-        read_s += seconds(t);
         if (got < block) {  // the file ended early: every block from here on is missing
           mismatches += nblocks - b;
           break;
         }
         mismatches += !pattern.stamps_ok(buf, pass, b);
       }
+      const double read_s = seconds(t);
       if (pass >= opt.warmup) {
         write.samples.push_back(double(file_bytes) / 1e6 / write_s);
         read.samples.push_back(double(file_bytes) / 1e6 / read_s);
