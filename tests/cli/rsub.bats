@@ -64,6 +64,11 @@ wait_state() {
   assert_output "oops"
   run rsub show "$id" --json
   echo "$output" | jq -e '.state == "FAILED" and .reason == "NonZeroExitCode 3"'
+  # -f follows a running job to its end, the last line included.
+  id=$(rsub -- sh -c 'echo first; sleep 1; echo last')
+  run rsub logs -f "$id"
+  assert_success
+  assert_output $'first\nlast'
 }
 
 @test "a gang's tasks start together on disjoint cores and GPUs, with the rank environment" {

@@ -147,25 +147,21 @@ int logs(Context& ctx, const std::string& id, bool follow, int task, bool err) {
       fmt::format("{}/logs/{}/task-{}.{}", ctx.settings.dir, job.display_id(), task, err ? "err" : "out");
   std::ifstream in;
   std::string buf(1 << 16, '\0');
-  for (;;) {
+  auto drain = [&] {  // whatever the file holds beyond what was printed
     if (!in.is_open()) in.open(path, std::ios::binary);
-    if (in.is_open()) {
-      in.clear();
-      while (in.read(buf.data(), static_cast<std::streamsize>(buf.size())) || in.gcount() > 0)
-        std::cout.write(buf.data(), in.gcount());
-      check_stdout();
-    }
-    if (!follow) break;
+    if (!in.is_open()) return;
+    in.clear();
+    while (in.read(buf.data(), static_cast<std::streamsize>(buf.size())) || in.gcount() > 0)
+      std::cout.write(buf.data(), in.gcount());
+    check_stdout();
+  };
+  drain();
+  while (follow) {
     const auto now = store.job(job.id);
-    if (!now || terminal(now->state)) {
-      if (follow && in.is_open()) {  // what the last moment wrote
-        in.clear();
-        while (in.read(buf.data(), static_cast<std::streamsize>(buf.size())) || in.gcount() > 0)
-          std::cout.write(buf.data(), in.gcount());
-      }
-      break;
-    }
-    sleep_s(0.2);
+    const bool over = !now || terminal(now->state);
+    if (!over) sleep_s(0.2);
+    drain();  // after the end too: what the last moment wrote
+    if (over) break;
   }
   if (!in.is_open() && !follow && job.state == JobState::Pending)
     throw Error(Exit::NoInput, fmt::format("job {} has not started: no output yet", id));

@@ -170,19 +170,38 @@ bool wake_daemon(const std::string& dir) {
   return sent;  // EAGAIN: its queue is full of wake-ups already
 }
 
+namespace {
+
+// Runs `args` as a grandchild in a session of its own, which init adopts, so that it
+// outlives the caller and is never the caller's to wait for. `prepare` runs in the
+// grandchild before exec (fork-safe calls only). False when fork failed.
+bool spawn_detached(std::vector<std::string> args, const std::function<void()>& prepare) {
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid < 0) return false;
+  if (pid == 0) {
+    ::setsid();
+    if (::fork() != 0) ::_exit(0);
+    prepare();
+    ::execv(argv[0], argv.data());
+    const std::string line = std::string("rsub: cannot run ") + argv[0] + ": " + std::strerror(errno) + "\n";
+    [[maybe_unused]] auto n = ::write(2, line.data(), line.size());
+    ::_exit(127);
+  }
+  ::waitpid(pid, nullptr, 0);
+  return true;
+}
+
+}  // namespace
+
 void ensure_daemon(const std::string& exe, const std::string& config_path, const std::string& dir) {
   if (wake_daemon(dir)) return;
   const std::string log = dir + "/daemon.log";
   std::vector<std::string> args = {exe, "daemon", "--foreground"};
   if (!config_path.empty()) args.insert(args.end(), {"--config", config_path});
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  const pid_t pid = ::fork();
-  if (pid < 0) throw system_error("start the rsub daemon", errno);
-  if (pid == 0) {  // detach: a new session, then a grandchild that init adopts
-    ::setsid();
-    if (::fork() != 0) ::_exit(0);
+  const bool started = spawn_detached(std::move(args), [&] {
     const int null = ::open("/dev/null", O_RDONLY);
     const int out = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
     if (null >= 0) ::dup2(null, 0);
@@ -191,10 +210,8 @@ void ensure_daemon(const std::string& exe, const std::string& config_path, const
       ::dup2(out, 2);
     }
     ::close_range(3, ~0U, 0);  // nothing of the caller's: a pipe it reads must see EOF
-    ::execv(argv[0], argv.data());
-    ::_exit(127);
-  }
-  ::waitpid(pid, nullptr, 0);
+  });
+  if (!started) throw system_error("start the rsub daemon", errno);
 }
 
 namespace {
@@ -377,17 +394,7 @@ class Daemon {
     // /proc/self/exe: this very program, even after a package upgrade replaced its file.
     std::vector<std::string> args = {"/proc/self/exe", "_shim", s_.dir, std::to_string(id), std::to_string(attempt),
                                      std::to_string(lock_fd), fmt::format("{}", s_.kill_grace_s)};
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    const pid_t pid = ::fork();
-    if (pid < 0) {
-      std::cerr << "rsub daemon: fork: " << std::strerror(errno) << "\n";
-      return;  // the lock is free and holds no pid: the next pass queues the job again
-    }
-    if (pid == 0) {  // a new session, then a grandchild that init adopts: it outlives us
-      ::setsid();
-      if (::fork() != 0) ::_exit(0);
+    const bool started = spawn_detached(std::move(args), [lock_fd] {
       ::fcntl(lock_fd, F_SETFD, 0);  // the supervisor inherits the lock, and nothing else
       ::close_range(3, static_cast<unsigned>(lock_fd) - 1, 0);
       ::close_range(static_cast<unsigned>(lock_fd) + 1, ~0U, 0);
@@ -397,12 +404,9 @@ class Daemon {
       sigemptyset(&mask);
       for (int sig : {SIGCHLD, SIGTERM, SIGINT, SIGHUP}) sigaddset(&mask, sig);
       ::sigprocmask(SIG_SETMASK, &mask, nullptr);
-      ::execv(argv[0], argv.data());
-      const std::string line = std::string("rsub daemon: cannot start a supervisor: ") + std::strerror(errno) + "\n";
-      [[maybe_unused]] auto n = ::write(2, line.data(), line.size());
-      ::_exit(127);
-    }
-    ::waitpid(pid, nullptr, 0);
+    });
+    // On failure the lock is free and holds no pid: the next pass queues the job again.
+    if (!started) std::cerr << "rsub daemon: fork: " << std::strerror(errno) << "\n";
   }
 
   void signal_shim(const std::string& lock, std::int64_t id, int attempt) {
