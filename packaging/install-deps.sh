@@ -19,8 +19,9 @@ tests=(
   libgtest-dev googletest
   bats bats-assert bats-support bats-file
   jq hwloc zsh fish groff-base
-  python3 python3-numpy python3-xxhash zstd sqlite3
+  python3 python3-numpy python3-xxhash python3-yaml zstd sqlite3
   chromium
+  slurmctld slurmd slurm-client munge slurmdbd mariadb-server  # tests/integration: a real Slurm with sacct
 )
 bench=(hyperfine bsdextrautils time zstd python3 python3-numpy fio likwid python3-torch libopenblas0
   slurmctld slurmd slurm-client munge)  # bench/rsub.sh starts a single-node Slurm

@@ -22,18 +22,24 @@ else
   passed=$((passed + total - bad - skip)); failed=$((failed + bad)); skipped=$((skipped + skip))
 fi
 
-echo "== command-line tests (Bats)"
-tap=$(bats --tap tests/cli 2>&1)
-echo "$tap" | grep -E '^not ok|^#|# skip' | head -100 || true
-skip=$(grep -cE '^ok .* # skip' <<<"$tap" || true)
-ok=$(($(grep -c '^ok ' <<<"$tap" || true) - skip))
-bad=$(grep -c '^not ok ' <<<"$tap" || true)
-echo "bats: $ok passed, $bad failed, $skip skipped"
-if [[ $((ok + bad + skip)) -eq 0 ]]; then
-  echo "$tap" | tail -20
-  failed=$((failed + 1))
-fi
-passed=$((passed + ok)); failed=$((failed + bad)); skipped=$((skipped + skip))
+# bats_layer TITLE DIR: runs the Bats files in DIR and adds their counts.
+bats_layer() {
+  local title=$1 dir=$2 tap skip ok bad
+  echo "== $title"
+  tap=$(bats --tap "$dir" 2>&1)
+  echo "$tap" | grep -E '^not ok|^#|# skip' | head -100 || true
+  skip=$(grep -cE '^ok .* # skip' <<<"$tap" || true)
+  ok=$(($(grep -c '^ok ' <<<"$tap" || true) - skip))
+  bad=$(grep -c '^not ok ' <<<"$tap" || true)
+  echo "$(basename "$dir"): $ok passed, $bad failed, $skip skipped"
+  if [[ $((ok + bad + skip)) -eq 0 ]]; then
+    echo "$tap" | tail -20
+    failed=$((failed + 1))
+  fi
+  passed=$((passed + ok)); failed=$((failed + bad)); skipped=$((skipped + skip))
+}
+bats_layer "command-line tests (Bats)" tests/cli
+bats_layer "integration tests (Bats; a real Slurm with accounting, started as root)" tests/integration
 
 echo "total: $passed passed, $failed failed, $skipped skipped"
 [[ $failed -eq 0 ]]

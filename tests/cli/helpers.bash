@@ -17,3 +17,15 @@ assert_one_line_stderr() {
   n=$(printf '%s' "$stderr" | grep -c '' || true)
   [[ "$n" -eq 1 ]] || { echo "expected one line on stderr, got $n: $stderr" >&2; return 1; }
 }
+
+# wait_state ID STATE [SECONDS]: waits until rsub job ID is in STATE (at most SECONDS, 10
+# by default); prints the job and fails when it is not.
+wait_state() {
+  local deadline=$((SECONDS + ${3:-10}))
+  while ((SECONDS < deadline)); do
+    [[ $(rsub show "$1" --json | jq -r .state) == "$2" ]] && return 0
+    sleep 0.1
+  done
+  rsub show "$1" >&2
+  return 1
+}

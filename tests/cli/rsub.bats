@@ -34,16 +34,6 @@ daemon_pid() {
   cat "$file"
 }
 
-# Waits until job $1 is in state $2 (at most 10 s).
-wait_state() {
-  for _ in $(seq 100); do
-    [[ $(rsub show "$1" --json | jq -r .state) == "$2" ]] && return 0
-    sleep 0.1
-  done
-  rsub show "$1" >&2
-  return 1
-}
-
 @test "rsub -- CMD runs it: id on stdout, wait gives its exit code, logs its output" {
   run rsub -- sh -c 'echo hello from $RSUB_JOB_ID'
   assert_success

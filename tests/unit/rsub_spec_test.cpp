@@ -244,7 +244,7 @@ TEST(RsubSpecJson, NormalisedForm) {
   for (const auto& [k, v] : j.items()) keys.push_back(k);
   EXPECT_EQ(keys, (std::vector<std::string>{"name", "tenant", "project", "command", "workdir", "env", "resources",
                                             "time_limit_s", "retry", "array", "depends", "priority", "backend",
-                                            "hold"}));
+                                            "hold", "slurm", "kubernetes"}));
   EXPECT_TRUE(j["time_limit_s"].is_null());
   EXPECT_TRUE(j["array"].is_null());
   EXPECT_TRUE(j["env"].is_object());
@@ -407,6 +407,142 @@ TEST(RsubSpecSignal, NamesAndNumbers) {
   EXPECT_EQ(parse_signal("64"), 64);
   EXPECT_EQ(parse_signal("USR1"), 10);
   for (const char* bad : {"", "0", "65", "SIG", "SIGNOPE", "-9", "9x", " 9"}) EXPECT_EQ(parse_signal(bad), std::nullopt) << bad;
+}
+
+// --- remote backends: nodes, [slurm], [kubernetes], remote dependencies ---------------
+
+TEST(RsubSpecRemote, NodesSpreadTasks) {
+  JobSpec s = parse_spec("command = [\"x\"]\n[resources]\ntasks = 4\nnodes = 2\n", "n.toml");
+  EXPECT_EQ(s.resources.nodes, 2);
+  EXPECT_EQ(s.resources.tasks, 4);
+  EXPECT_EQ(parse_spec("command = [\"x\"]\n", "n.toml").resources.nodes, 1) << "default: one node";
+}
+
+TEST(RsubSpecRemote, NodeErrorsNameFileAndLine) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"command = [\"x\"]\n[resources]\ntasks = 3\nnodes = 2\n",
+       "t.toml:4: resources.nodes must divide resources.tasks (3 tasks on 2 nodes)"},
+      {"command = [\"x\"]\n[resources]\nnodes = 0\n", "t.toml:3: resources.nodes must be at least 1"},
+      {"command = [\"x\"]\n[resources]\nnodes = \"2\"\n", "t.toml:3: resources.nodes must be an integer"},
+  };
+  for (const auto& [text, message] : cases) {
+    SCOPED_TRACE(text);
+    Error e = error_of([&] { parse_spec(text, "t.toml"); });
+    EXPECT_EQ(e.code(), Exit::DataErr);
+    EXPECT_STREQ(e.what(), message);
+  }
+}
+
+TEST(RsubSpecRemote, SlurmAndKubernetesTables) {
+  JobSpec s = parse_spec(
+      "command = [\"x\"]\n"
+      "backend = \"slurm\"\n"
+      "[slurm]\npartition = \"gpu\"\nqos = \"high\"\naccount = \"acct\"\nswitches = 1\nswitch_wait = \"10m\"\n"
+      "[kubernetes]\nimage = \"ghcr.io/acme/train:1\"\nqueue = \"team-a\"\n",
+      "h.toml");
+  EXPECT_EQ(s.slurm, (SlurmHints{"gpu", "high", "acct", 1, 600}));
+  EXPECT_EQ(s.kube, (KubeHints{"ghcr.io/acme/train:1", "team-a"}));
+  EXPECT_EQ(parse_spec("command = [\"x\"]\n[slurm]\nswitch_wait = 90\n", "h.toml").slurm.switch_wait_s, 90);
+  JobSpec plain = parse_spec("command = [\"x\"]\n", "h.toml");
+  EXPECT_EQ(plain.slurm, SlurmHints{});
+  EXPECT_EQ(plain.kube, KubeHints{});
+}
+
+TEST(RsubSpecRemote, HintErrors) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"command = [\"x\"]\n[slurm]\npartition = \"gpu\"\npartiton = \"x\"\n", "t.toml:4: unknown key \"slurm.partiton\""},
+      {"command = [\"x\"]\n[kubernetes]\nimages = \"x\"\n", "t.toml:3: unknown key \"kubernetes.images\""},
+      {"command = [\"x\"]\n[slurm]\nqos = 1\n", "t.toml:3: slurm.qos must be a string"},
+      {"command = [\"x\"]\n[slurm]\nswitches = -1\n", "t.toml:3: slurm.switches must be at least 0"},
+      {"command = [\"x\"]\n[slurm]\nswitch_wait = -5\n", "t.toml:3: slurm.switch_wait must not be negative"},
+      {"command = [\"x\"]\nslurm = \"gpu\"\n", "t.toml:2: slurm must be a table"},
+  };
+  for (const auto& [text, message] : cases) {
+    SCOPED_TRACE(text);
+    Error e = error_of([&] { parse_spec(text, "t.toml"); });
+    EXPECT_EQ(e.code(), Exit::DataErr);
+    EXPECT_STREQ(e.what(), message);
+  }
+}
+
+TEST(RsubSpecRemote, RemoteDependencies) {
+  EXPECT_EQ(parse_dependency("afterok:slurm:1234:12"),
+            (std::vector<Dependency>{{DepType::AfterOk, 0, "slurm:1234"}, {DepType::AfterOk, 12, ""}}));
+  EXPECT_EQ(parse_dependency("afterany:12,afternotok:dc1:7"),
+            (std::vector<Dependency>{{DepType::AfterAny, 12, ""}, {DepType::AfterNotOk, 0, "dc1:7"}}));
+  // A backend's ids are its own: Slurm array elements, Kubernetes Job names.
+  EXPECT_EQ(parse_dependency("afterok:slurm:1234_5:gke:rsub-12-train"),
+            (std::vector<Dependency>{{DepType::AfterOk, 0, "slurm:1234_5"}, {DepType::AfterOk, 0, "gke:rsub-12-train"}}));
+  for (const char* bad : {"afterok:slurm", "afterok:slurm:", "afterok::12", "afterok:slurm:a b", "afterok:slurm:1$"}) {
+    SCOPED_TRACE(bad);
+    EXPECT_EQ(error_of([&] { parse_dependency(bad); }).code(), Exit::Usage);
+  }
+  JobSpec s = parse_spec("command = [\"x\"]\ndepends = [\"afterok:slurm:1234\"]\n", "d.toml");
+  EXPECT_EQ(s.depends, (std::vector<Dependency>{{DepType::AfterOk, 0, "slurm:1234"}}));
+}
+
+TEST(RsubSpecRemote, OverridesSetNodesAndHints) {
+  JobSpec s = spec_of({"x"});
+  SpecOverrides o;
+  o.tasks = 8;
+  o.nodes = 4;
+  o.partition = "gpu";
+  o.qos = "high";
+  o.account = "acct";
+  o.image = "img:1";
+  o.backend = "slurm";
+  o.depends = {"afterok:slurm:99"};
+  apply_overrides(s, o);
+  EXPECT_EQ(s.resources.nodes, 4);
+  EXPECT_EQ(s.slurm.partition, "gpu");
+  EXPECT_EQ(s.slurm.qos, "high");
+  EXPECT_EQ(s.slurm.account, "acct");
+  EXPECT_EQ(s.kube.image, "img:1");
+  EXPECT_EQ(s.backend, "slurm");
+  EXPECT_EQ(s.depends, (std::vector<Dependency>{{DepType::AfterOk, 0, "slurm:99"}}));
+
+  JobSpec bad = spec_of({"x"});
+  SpecOverrides uneven;
+  uneven.tasks = 4;
+  uneven.nodes = 3;
+  Error e = error_of([&] { apply_overrides(bad, uneven); });
+  EXPECT_EQ(e.code(), Exit::Usage);
+  EXPECT_STREQ(e.what(), "--nodes: must divide resources.tasks (4 tasks on 3 nodes)");
+}
+
+TEST(RsubSpecRemote, JsonRoundTripKeepsRemoteFields) {
+  JobSpec s = spec_of({"x"});
+  s.resources.tasks = 6;
+  s.resources.nodes = 3;
+  s.backend = "slurm";
+  s.slurm = {"gpu", "high", "acct", 2, 90.5};
+  s.kube = {"img:2", "q"};
+  s.depends = {{DepType::AfterOk, 0, "slurm:1234"}, {DepType::AfterAny, 5, ""}};
+  const Json j = s.to_json();
+  EXPECT_EQ(j["resources"]["nodes"], 3);
+  EXPECT_EQ(j["depends"][0]["remote"], "slurm:1234");
+  EXPECT_FALSE(j["depends"][1].contains("remote")) << "local dependencies keep their old form";
+  const JobSpec back = JobSpec::from_json(parse_json(to_json_line(j), "record"));
+  EXPECT_EQ(back, s);
+  EXPECT_EQ(back.slurm, s.slurm);
+  EXPECT_EQ(back.kube, s.kube);
+  EXPECT_EQ(back.depends, s.depends);
+}
+
+TEST(RsubSpecRemote, RecordsFromBeforeRemoteBackendsStillRead) {
+  Json j = spec_of({"x"}).to_json();
+  j.erase("slurm");
+  j.erase("kubernetes");
+  j["resources"].erase("nodes");
+  const JobSpec back = JobSpec::from_json(j);
+  EXPECT_EQ(back.resources.nodes, 1);
+  EXPECT_EQ(back.slurm, SlurmHints{});
+  EXPECT_EQ(back.kube, KubeHints{});
+  Json bad = spec_of({"x"}).to_json();
+  bad["resources"]["tasks"] = 3;
+  bad["resources"]["nodes"] = 2;
+  EXPECT_STREQ(error_of([&] { JobSpec::from_json(bad); }).what(),
+               "job spec record: resources.nodes must divide resources.tasks (3 tasks on 2 nodes)");
 }
 
 }  // namespace

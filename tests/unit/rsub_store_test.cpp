@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
+#include <sqlite3.h>
 
 #include <set>
 #include <thread>
@@ -169,6 +170,318 @@ TEST(RsubStore, UnusableDirectoryIsAClearError) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("/proc/no-such/rsub"), std::string::npos) << e.what();
   }
+}
+
+// --- schema version 2: remote backends ------------------------------------------------
+
+// The schema of version 1 stores, from before remote backends (no backend, remote_id).
+constexpr const char* kSchemaV1 = R"sql(
+CREATE TABLE jobs(
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  array_parent INTEGER, array_index INTEGER,
+  name TEXT NOT NULL, tenant TEXT NOT NULL, user TEXT NOT NULL, uid INTEGER NOT NULL,
+  spec TEXT NOT NULL,
+  state TEXT NOT NULL, reason TEXT NOT NULL DEFAULT '', held INTEGER NOT NULL DEFAULT 0,
+  cancel_requested INTEGER NOT NULL DEFAULT 0,
+  submit_s REAL NOT NULL, eligible_s REAL NOT NULL, start_s REAL, end_s REAL,
+  exit_code INTEGER, signal INTEGER, attempts INTEGER NOT NULL DEFAULT 0,
+  alloc TEXT, host TEXT NOT NULL DEFAULT '', record_fields TEXT NOT NULL);
+CREATE INDEX jobs_active ON jobs(id) WHERE state IN ('PENDING', 'RUNNING');
+CREATE INDEX jobs_array ON jobs(array_parent) WHERE array_parent IS NOT NULL;
+CREATE TABLE tasks(
+  job_id INTEGER NOT NULL, attempt INTEGER NOT NULL, task INTEGER NOT NULL,
+  pid INTEGER, start_s REAL, end_s REAL, exit_code INTEGER, signal INTEGER,
+  PRIMARY KEY(job_id, attempt, task));
+CREATE TABLE usage(tenant TEXT PRIMARY KEY, value REAL NOT NULL, updated_s REAL NOT NULL);
+CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+PRAGMA journal_mode=WAL;
+PRAGMA user_version=1;
+)sql";
+
+// Runs SQL on the store's database through a connection of its own.
+void sql(const std::string& dir, const std::string& text) {
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open((dir + "/jobs.db").c_str(), &db), SQLITE_OK);
+  char* err = nullptr;
+  const int rc = sqlite3_exec(db, text.c_str(), nullptr, nullptr, &err);
+  EXPECT_EQ(rc, SQLITE_OK) << (err ? err : "");
+  sqlite3_free(err);
+  sqlite3_close(db);
+}
+
+int user_version(const std::string& dir) {
+  sqlite3* db = nullptr;
+  sqlite3_open((dir + "/jobs.db").c_str(), &db);
+  sqlite3_stmt* s = nullptr;
+  sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &s, nullptr);
+  const int v = sqlite3_step(s) == SQLITE_ROW ? sqlite3_column_int(s, 0) : -1;
+  sqlite3_finalize(s);
+  sqlite3_close(db);
+  return v;
+}
+
+// A version 1 store holding one finished local job (id 1).
+void make_v1_store(const std::string& dir) {
+  sql(dir, kSchemaV1);
+  const JobSpec spec = simple("old");
+  auto quote = [](const std::string& s) {
+    std::string out = "'";
+    for (char c : s) out += c == '\'' ? std::string("''") : std::string(1, c);
+    return out + "'";
+  };
+  sql(dir, fmt::format("INSERT INTO jobs(name, tenant, user, uid, spec, state, submit_s, eligible_s, start_s, end_s, "
+                       "exit_code, attempts, host, record_fields) VALUES('old', 'desk-a', 'alice', 1000, {}, "
+                       "'COMPLETED', 100, 100, 101, 102, 0, 1, 'h1', {})",
+                       quote(spec.to_json().dump()), quote(spec_record_fields(spec))));
+}
+
+JobFilter all_jobs() {
+  JobFilter f;
+  f.all = true;
+  return f;
+}
+
+JobSpec remote(const std::string& backend = "slurm", const std::string& name = "far") {
+  JobSpec spec = simple(name);
+  spec.backend = backend;
+  return spec;
+}
+
+TEST(RsubStoreRemote, Version1StoreIsMigrated) {
+  testing::TempDir dir;
+  make_v1_store(dir.path());
+  ASSERT_EQ(user_version(dir.path()), 1);
+  {
+    Store store(dir.path());
+    const auto old = store.job(1);
+    ASSERT_TRUE(old);
+    EXPECT_EQ(old->spec.name, "old");
+    EXPECT_EQ(old->state, JobState::Completed);
+    EXPECT_EQ(old->host, "h1");
+    EXPECT_EQ(old->backend, "local");
+    EXPECT_EQ(old->remote_id, "");
+    EXPECT_EQ(old->display_id(), "1");
+    EXPECT_EQ(old->to_json()["backend"], "local");
+
+    const auto ids = store.submit(remote(), kAlice, 200);
+    ASSERT_EQ(ids, (std::vector<std::int64_t>{2}));
+    store.set_remote_ids(ids, {"77"});
+    EXPECT_EQ(store.resolve("slurm:77").at(0).id, 2);
+    EXPECT_EQ(store.jobs(all_jobs()).size(), 2u);
+  }
+  EXPECT_EQ(user_version(dir.path()), 2);
+  Store again(dir.path());  // a second open does not migrate again
+  EXPECT_EQ(again.job(2)->backend, "slurm");
+  EXPECT_EQ(again.job(1)->backend, "local");
+}
+
+TEST(RsubStoreRemote, NewerSchemaIsRefused) {
+  testing::TempDir dir;
+  Store(dir.path()).job(1);
+  sql(dir.path(), "PRAGMA user_version=3");
+  const Error e = testing::error_of([&] { Store store(dir.path()); });
+  EXPECT_EQ(e.code(), Exit::DataErr);
+  EXPECT_NE(std::string(e.what()).find("schema version 3"), std::string::npos) << e.what();
+}
+
+// Clients of a new rsub that open a version 1 store at the same moment: one migrates,
+// the others must find it migrated. DISABLED: fails today, see the report (the version is
+// read before the write transaction, so a second client runs ALTER TABLE again and fails
+// with "duplicate column name: backend").
+TEST(RsubStoreRemote, ConcurrentFirstOpensOfAVersion1StoreAllSucceed) {
+  testing::TempDir dir;
+  make_v1_store(dir.path());
+  // Hold the write lock so that every client has read version 1 before any migrates.
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open((dir.path() + "/jobs.db").c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr), SQLITE_OK);
+  constexpr int kClients = 4;
+  std::vector<std::string> errors(kClients);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kClients; ++i)
+    threads.emplace_back([&, i] {
+      try {
+        Store store(dir.path());
+        store.job(1);
+      } catch (const std::exception& e) {
+        errors[i] = e.what();
+      }
+    });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  sqlite3_exec(db, "COMMIT", nullptr, nullptr, nullptr);
+  sqlite3_close(db);
+  for (auto& t : threads) t.join();
+  for (const auto& e : errors) EXPECT_EQ(e, "");
+  EXPECT_EQ(user_version(dir.path()), 2);
+}
+
+TEST(RsubStoreRemote, DaemonIgnoresRemoteJobs) {
+  testing::TempDir dir;
+  Store store(dir.path());
+  const auto local = store.submit(simple(), kAlice, now_s()).front();
+  const auto far = store.submit(remote(), kAlice, now_s()).front();
+  const auto job = store.job(far);
+  ASSERT_TRUE(job);
+  EXPECT_EQ(job->backend, "slurm");
+  EXPECT_EQ(job->remote_id, "");
+  EXPECT_EQ(job->state, JobState::Pending);
+  const auto active = store.active_jobs_after(0);
+  ASSERT_EQ(active.size(), 1u);
+  EXPECT_EQ(active[0].id, local);
+  const auto states = store.active_states();
+  ASSERT_EQ(states.size(), 1u);
+  EXPECT_EQ(states[0].id, local);
+  EXPECT_EQ(store.jobs({}).size(), 2u) << "clients list both";
+  EXPECT_TRUE(store.remote_active("slurm").empty()) << "no remote id yet";
+
+  store.set_remote_ids({far}, {"77"});
+  EXPECT_TRUE(store.active_jobs_after(0).size() == 1 && store.active_states().size() == 1);
+  const auto found = store.resolve("slurm:77");
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].id, far);
+  EXPECT_EQ(found[0].display_id(), "slurm:77");
+  const Json rec = found[0].to_json();
+  EXPECT_EQ(rec["id"], "slurm:77");
+  EXPECT_EQ(rec["backend"], "slurm");
+  EXPECT_EQ(rec["remote_id"], "77");
+  EXPECT_EQ(rec["job_id"], far);
+  EXPECT_TRUE(store.job(local)->to_json()["remote_id"].is_null());
+  EXPECT_EQ(store.remote_active("slurm"), (std::vector<std::pair<std::int64_t, std::string>>{{far, "77"}}));
+  EXPECT_TRUE(store.remote_active("local").empty());
+  EXPECT_TRUE(store.resolve("kube:77").empty()) << "another backend's 77";
+  EXPECT_TRUE(store.resolve("slurm:7").empty());
+  EXPECT_EQ(store.resolve(std::to_string(far)).at(0).id, far) << "rsub's own id still names it";
+}
+
+TEST(RsubStoreRemote, ResolveArraysByTheBackendsId) {
+  testing::TempDir dir;
+  Store store(dir.path());
+  JobSpec spec = remote();
+  spec.array = ArraySpec{{0, 1, 5}, 0};
+  const auto ids = store.submit(spec, kAlice, now_s());
+  ASSERT_EQ(ids.size(), 3u);
+  store.set_remote_ids(ids, {"80_0", "80_1", "80_5"});
+  const auto other = store.submit(remote(), kAlice, now_s());
+  store.set_remote_ids(other, {"8"});
+  const auto all = store.resolve("slurm:80");
+  ASSERT_EQ(all.size(), 3u);
+  EXPECT_EQ(all[0].id, ids[0]);
+  EXPECT_EQ(all[2].id, ids[2]);
+  EXPECT_EQ(all[1].display_id(), "slurm:80_1");
+  const auto one = store.resolve("slurm:80_1");
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_EQ(one[0].id, ids[1]);
+  EXPECT_EQ(one[0].array_index, 1);
+  const auto eight = store.resolve("slurm:8");
+  ASSERT_EQ(eight.size(), 1u) << "a prefix of 80 must not name 80_*";
+  EXPECT_EQ(eight[0].id, other[0]);
+  EXPECT_TRUE(store.resolve("slurm:80_2").empty());
+  EXPECT_TRUE(store.resolve("slurm:0_1").empty());
+  EXPECT_TRUE(store.resolve("slurm:8_0").empty());
+  for (const char* bad : {"slurm:", ":80", "slurm:8 0", "slurm:80;x"}) {
+    SCOPED_TRACE(bad);
+    EXPECT_EQ(testing::error_of([&] { store.resolve(bad); }).code(), Exit::Usage);
+  }
+}
+
+TEST(RsubStoreRemote, SetRemoteIdsNeedsOnePerJob) {
+  testing::TempDir dir;
+  Store store(dir.path());
+  const auto ids = store.submit(remote(), kAlice, now_s());
+  EXPECT_EQ(testing::error_of([&] { store.set_remote_ids(ids, {"1", "2"}); }).code(), Exit::Software);
+  EXPECT_EQ(store.job(ids[0])->remote_id, "");
+}
+
+TEST(RsubStoreRemote, UpdateRemoteChangesOnlyActiveJobsOfTheBackend) {
+  testing::TempDir dir;
+  Store store(dir.path());
+  const auto a = store.submit(remote(), kAlice, 100).front();
+  const auto b = store.submit(remote(), kAlice, 100).front();
+  const auto c = store.submit(remote("kube"), kAlice, 100).front();
+  store.set_remote_ids({a, b}, {"77", "78"});
+  store.set_remote_ids({c}, {"77"});
+  ASSERT_TRUE(store.cancel(b, "alice", 150));  // over already: a late report changes nothing
+
+  Store::RemoteState run{"77", JobState::Running, "", false, 200, std::nullopt, std::nullopt, std::nullopt, 1, "vm"};
+  Store::RemoteState done{"78", JobState::Completed, "", false, 200, 260, 0, std::nullopt, 1, "vm"};
+  Store::RemoteState unknown{"79", JobState::Failed, "x", false, 1, 2, 1, std::nullopt, 1, "vm"};
+  store.update_remote("slurm", {run, done, unknown});
+  auto ja = *store.job(a);
+  EXPECT_EQ(ja.state, JobState::Running);
+  EXPECT_EQ(ja.start_s, 200);
+  EXPECT_EQ(ja.end_s, std::nullopt);
+  EXPECT_EQ(ja.attempts, 1);
+  EXPECT_EQ(ja.host, "vm");
+  auto jb = *store.job(b);
+  EXPECT_EQ(jb.state, JobState::Cancelled);
+  EXPECT_EQ(jb.reason, "cancelled by alice");
+  EXPECT_EQ(jb.start_s, std::nullopt);
+  EXPECT_EQ(store.job(c)->state, JobState::Pending) << "kube's 77 is another job";
+
+  Store::RemoteState failed{"77", JobState::Failed, "Signal SIGKILL", false, 300, 360, std::nullopt, 9, 3, "vm2"};
+  store.update_remote("slurm", {failed});
+  ja = *store.job(a);
+  EXPECT_EQ(ja.state, JobState::Failed);
+  EXPECT_EQ(ja.reason, "Signal SIGKILL");
+  EXPECT_EQ(ja.start_s, 300);
+  EXPECT_EQ(ja.end_s, 360);
+  EXPECT_EQ(ja.signal, 9);
+  EXPECT_EQ(ja.exit_code, std::nullopt);
+  EXPECT_EQ(ja.attempts, 3);
+  EXPECT_EQ(ja.host, "vm2");
+  EXPECT_TRUE(store.remote_active("slurm").empty());
+  EXPECT_EQ(store.remote_active("kube").size(), 1u);
+
+  // A terminal job stays as it ended.
+  store.update_remote("slurm", {run});
+  EXPECT_EQ(store.job(a)->state, JobState::Failed);
+
+  // Held, as the backend says.
+  const auto h = store.submit(remote(), kAlice, 100).front();
+  store.set_remote_ids({h}, {"90"});
+  store.update_remote("slurm", {{"90", JobState::Pending, "JobHeldUser", true, std::nullopt, std::nullopt,
+                                 std::nullopt, std::nullopt, 0, ""}});
+  EXPECT_TRUE(store.job(h)->held);
+  EXPECT_EQ(store.job(h)->reason, "JobHeldUser");
+}
+
+TEST(RsubStoreRemote, DiscardRemovesTheJobs) {
+  testing::TempDir dir;
+  Store store(dir.path());
+  JobSpec spec = remote();
+  spec.array = ArraySpec{{0, 1}, 0};
+  const auto ids = store.submit(spec, kAlice, now_s());
+  const auto keep = store.submit(remote(), kAlice, now_s()).front();
+  store.discard(ids);
+  EXPECT_FALSE(store.job(ids[0]));
+  EXPECT_FALSE(store.job(ids[1]));
+  EXPECT_TRUE(store.job(keep));
+  EXPECT_EQ(store.jobs(all_jobs()).size(), 1u);
+  EXPECT_GT(store.submit(remote(), kAlice, now_s()).front(), keep) << "ids are never reused";
+}
+
+TEST(RsubStoreRemote, LoseUnsubmittedMarksOnlyStaleJobsWithoutRemoteId) {
+  testing::TempDir dir;
+  Store store(dir.path());
+  const auto stale = store.submit(remote(), kAlice, 100).front();
+  const auto fresh = store.submit(remote(), kAlice, 500).front();
+  const auto submitted = store.submit(remote(), kAlice, 100).front();
+  store.set_remote_ids({submitted}, {"77"});
+  const auto other = store.submit(remote("kube"), kAlice, 100).front();
+  const auto local = store.submit(simple(), kAlice, 100).front();
+  const auto cancelled = store.submit(remote(), kAlice, 100).front();
+  ASSERT_TRUE(store.cancel(cancelled, "alice", 120));
+
+  store.lose_unsubmitted("slurm", 400, 1000);
+  const auto s = *store.job(stale);
+  EXPECT_EQ(s.state, JobState::Lost);
+  EXPECT_EQ(s.reason, "SubmitInterrupted");
+  EXPECT_EQ(s.end_s, 1000);
+  EXPECT_EQ(store.job(fresh)->state, JobState::Pending) << "its submitter may still be waiting for sbatch";
+  EXPECT_EQ(store.job(submitted)->state, JobState::Pending);
+  EXPECT_EQ(store.job(other)->state, JobState::Pending);
+  EXPECT_EQ(store.job(local)->state, JobState::Pending);
+  EXPECT_EQ(store.job(cancelled)->state, JobState::Cancelled);
 }
 
 }  // namespace

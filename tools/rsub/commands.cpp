@@ -47,6 +47,127 @@ bool is_admin(const Context& ctx) {
 
 void sleep_s(double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); }
 
+const BackendConfig& backend_config(const Context& ctx, const std::string& name) {
+  const auto it = ctx.settings.backends.find(name);
+  if (it != ctx.settings.backends.end()) return it->second;
+  std::string known = "local";
+  for (const auto& [n, _] : ctx.settings.backends) known += ", " + n;
+  throw Error(Exit::Usage, fmt::format("backend \"{}\" is not configured (configured: {}, and auto)", name, known),
+              "backends are [rsub.backends.NAME] tables of the configuration (rsub(1), BACKENDS)");
+}
+
+// The remote ids of jobs whose submission was not confirmed, when the backend has them
+// now; such jobs still unknown after their backend's retry window (and 5 minutes more)
+// are LOST: they may run there, so they are never submitted again.
+void adopt_unsubmitted(Store& store, const BackendConfig& config, Backend& backend) {
+  const auto waiting = store.unsubmitted(config.name);
+  if (waiting.empty()) return;
+  std::map<std::string, std::map<std::int64_t, std::string>> found;  // by user
+  for (const auto& u : waiting) {
+    if (!found.count(u.user)) found[u.user] = backend.adopt(store.tag(), u.user);
+    const auto& mine = found[u.user];
+    if (auto it = mine.find(u.array_id); it != mine.end())
+      store.set_remote_ids({u.id}, {u.array_index ? fmt::format("{}_{}", it->second, *u.array_index) : it->second});
+  }
+  const double now = now_s();
+  store.lose_unsubmitted(config.name, now - config.submit_retry_s - 300, now);
+}
+
+// Reads the states of the remote backends' active jobs (of `only`, or of all), at most
+// every refresh_s for all clients together (`force`: now). A backend that cannot be
+// reached is an error when `strict`, else a warning: the states last read are shown.
+void refresh_remote(Context& ctx, Store& store, bool strict, bool force = false, const std::string& only = {}) {
+  for (const auto& [name, config] : ctx.settings.backends) {
+    if (!only.empty() && name != only) continue;
+    if (store.remote_active(name).empty() && store.unsubmitted(name).empty()) continue;
+    if (!store.claim_refresh(name, now_s(), force ? 0 : config.refresh_s)) continue;
+    try {
+      auto backend = make_backend(config);
+      adopt_unsubmitted(store, config, *backend);
+      std::vector<std::string> ids;
+      for (const auto& a : store.remote_active(name)) ids.push_back(a.second);
+      if (!ids.empty()) store.update_remote(name, backend->query(ids));
+    } catch (const Error& e) {
+      if (strict) throw;
+      if (!ctx.quiet) std::cerr << fmt::format("rsub: warning: {} (showing the states last read)\n", e.what());
+    }
+  }
+}
+
+// A remote job's dependencies as its backend names them; each must run there too.
+RemoteDeps remote_deps(Store& store, JobSpec& spec) {
+  RemoteDeps out;
+  for (Dependency& d : spec.depends) {
+    const std::string text = d.remote.empty() ? std::to_string(d.job) : d.remote;
+    const std::vector<JobRecord> found = store.resolve(text);
+    if (found.empty()) throw Error(Exit::NoInput, "depends: no job " + text, "rsub ls --all lists the jobs");
+    const JobRecord& j = found.front();
+    if (j.backend != spec.backend || j.remote_id.empty())
+      throw Error(Exit::Usage, fmt::format("depends: job {} runs on {}; a job on {} can wait only for jobs there",
+                                           j.display_id(), j.backend, spec.backend));
+    // A backend may forget finished jobs (Slurm after MinJobAge) and then take a
+    // dependency on them as met: decide on ended ones here, as the local scheduler does.
+    if (std::all_of(found.begin(), found.end(), [](const JobRecord& f) { return terminal(f.state); })) {
+      const bool ok = std::all_of(found.begin(), found.end(), [](const JobRecord& f) { return f.state == JobState::Completed; });
+      if (d.type == DepType::AfterOk ? !ok : d.type == DepType::AfterNotOk ? ok : false)
+        throw Error(Exit::DataErr, fmt::format("depends: {}:{} can never be satisfied: job {} has ended {}",
+                                               dep_type_name(d.type), text, j.display_id(), state_name(j.state)));
+      d.remote.clear();
+      d.job = -1;  // met: dropped below
+      continue;
+    }
+    // A whole array by its array id (1234), one element by its own (1234_5).
+    out.emplace_back(d.type, found.size() > 1 ? j.remote_id.substr(0, j.remote_id.find('_')) : j.remote_id);
+    d.job = j.array_parent && found.size() > 1 ? *j.array_parent : j.id;
+    d.remote.clear();
+  }
+  std::erase_if(spec.depends, [](const Dependency& d) { return d.job == -1; });
+  return out;
+}
+
+int submit_remote(Context& ctx, JobSpec& spec, bool dry_run) {
+  const BackendConfig& config = backend_config(ctx, spec.backend);
+  auto backend = make_backend(config);
+  Store store(ctx.settings.dir);
+  const RemoteDeps deps = remote_deps(store, spec);
+  const SubmitRef ref{0, ctx.me.user, store.tag()};
+  if (dry_run) {
+    const std::string text = backend->render(spec, deps, ref);
+    if (ctx.format == Format::Table) std::cout << text;
+    else std::cout << to_json_line(Json{{"schema", "rkit.job.submission.v1"}, {"backend", spec.backend},
+                                        {"spec", spec.to_json()}, {"submission", text}})
+                   << '\n';
+    return 0;
+  }
+  // Stored first: its rsub id names it there.
+  const std::vector<std::int64_t> ids = store.submit(spec, ctx.me, now_s());
+  std::vector<std::string> remote;
+  try {
+    remote = backend->submit(spec, deps, {ids.front(), ctx.me.user, ref.store_tag});
+  } catch (const SubmitUnconfirmed& e) {
+    // It may be there: kept, and found there (or LOST) by a later refresh.
+    if (!e.ids.empty()) store.set_remote_ids(ids, e.ids);
+    throw Error(Exit::Unavailable, e.what(),
+                fmt::format("kept as job {}: rsub finds it when {} answers, or marks it LOST", ids.front(), spec.backend));
+  } catch (...) {
+    store.discard(ids);  // refused there, or never sent: nothing is kept here either
+    throw;
+  }
+  store.set_remote_ids(ids, remote);
+  if (ctx.format == Format::Table) {
+    // Slurm names a whole array by its id (1234); a Kubernetes array is one Job per element.
+    if (spec.array && remote.front().find('_') != std::string::npos)
+      std::cout << fmt::format("{}:{}\n", spec.backend, remote.front().substr(0, remote.front().find('_')));
+    else
+      for (std::int64_t id : ids) std::cout << store.job(id)->display_id() << '\n';
+    return 0;
+  }
+  Printer out(std::cout, ctx.format, job_columns());
+  for (std::int64_t id : ids) out.print(store.job(id)->to_json());
+  out.finish();
+  return 0;
+}
+
 }  // namespace
 
 Submitter current_user() {
@@ -62,17 +183,34 @@ int submit(Context& ctx, JobSpec spec, bool dry_run) {
     auto it = ctx.settings.tenants_of_users.find(ctx.me.user);
     spec.tenant = it != ctx.settings.tenants_of_users.end() ? it->second : ctx.me.user;
   }
-  if (spec.workdir.empty()) {
+  if (!spec.time_limit_s) spec.time_limit_s = ctx.settings.default_time_limit_s;
+  if (spec.backend == "auto") {
+    const Placement p = place_job(ctx, spec);
+    if (dry_run && !ctx.quiet) {
+      std::cerr << fmt::format("rsub: --backend auto chose {}: {}\n", p.backend, p.reason);
+      for (const auto& line : p.considered) std::cerr << "  " << line << '\n';
+    }
+    spec.backend = p.backend;
+  }
+  // The current directory, where it exists for the tasks too: not in a container image.
+  const bool kube = spec.backend != "local" && backend_config(ctx, spec.backend).kind == BackendKind::Kubernetes;
+  if (spec.workdir.empty() && !kube) {
     char cwd[4096];
     if (!::getcwd(cwd, sizeof cwd)) throw system_error("getcwd", errno);
     spec.workdir = cwd;
   }
-  if (!spec.time_limit_s) spec.time_limit_s = ctx.settings.default_time_limit_s;
-  if (spec.backend == "auto") spec.backend = "local";
-  if (spec.backend != "local")
-    throw Error(Exit::Usage, fmt::format("backend \"{}\" is not configured", spec.backend),
-                "this rsub knows the local backend");
+  if (spec.backend != "local") return submit_remote(ctx, spec, dry_run);
+  if (spec.resources.nodes > 1)
+    throw Error(Exit::DataErr, fmt::format("the job asks for {} nodes; the local backend is one machine",
+                                           spec.resources.nodes), "submit it to a Slurm backend (--backend)");
   Store store(ctx.settings.dir);
+  for (const Dependency& d : spec.depends) {  // the daemon sees local jobs' states only
+    const std::vector<JobRecord> found = d.remote.empty() ? store.resolve(std::to_string(d.job)) : store.resolve(d.remote);
+    if (!d.remote.empty() || (!found.empty() && found.front().backend != "local"))
+      throw Error(Exit::Usage, fmt::format("depends: job {} runs on {}; a local job can wait only for local jobs",
+                                           d.remote.empty() ? std::to_string(d.job) : d.remote,
+                                           found.empty() ? std::string("a remote backend") : found.front().backend));
+  }
   // The daemon records what the machine has; a job that can never fit is refused now.
   if (auto cap = store.meta("capacity")) {
     const Json c = parse_json(*cap, "capacity");
@@ -110,6 +248,7 @@ int submit(Context& ctx, JobSpec spec, bool dry_run) {
 
 int list(Context& ctx, JobFilter filter) {
   Store store(ctx.settings.dir);
+  refresh_remote(ctx, store, false);
   filter.light = true;
   if (ctx.format == Format::Json) {  // streamed: ls --all --json over a long history
     store.each_job(filter, [](const JobRecord& j) { std::cout << j.to_json_line() << '\n'; });
@@ -123,6 +262,7 @@ int list(Context& ctx, JobFilter filter) {
 
 int show(Context& ctx, const std::vector<std::string>& ids) {
   Store store(ctx.settings.dir);
+  refresh_remote(ctx, store, false);
   for (const JobRecord& j : resolve_all(store, ids)) {
     const Json rec = j.to_json();
     if (ctx.format != Format::Table) {
@@ -144,7 +284,9 @@ int logs(Context& ctx, const std::string& id, bool follow, int task, bool err) {
   if (task < 0 || task >= job.spec.resources.tasks)
     throw Error(Exit::Usage, fmt::format("--task {}: job {} has tasks 0 to {}", task, id, job.spec.resources.tasks - 1));
   const std::string path =
-      fmt::format("{}/logs/{}/task-{}.{}", ctx.settings.dir, job.display_id(), task, err ? "err" : "out");
+      job.backend == "local"
+          ? fmt::format("{}/logs/{}/task-{}.{}", ctx.settings.dir, job.display_id(), task, err ? "err" : "out")
+          : make_backend(backend_config(ctx, job.backend))->log_path(job, task, err);
   std::ifstream in;
   std::string buf(1 << 16, '\0');
   auto drain = [&] {  // whatever the file holds beyond what was printed
@@ -157,9 +299,10 @@ int logs(Context& ctx, const std::string& id, bool follow, int task, bool err) {
   };
   drain();
   while (follow) {
+    if (job.backend != "local") refresh_remote(ctx, store, false);
     const auto now = store.job(job.id);
     const bool over = !now || terminal(now->state);
-    if (!over) sleep_s(0.2);
+    if (!over) sleep_s(job.backend == "local" ? 0.2 : 1.0);
     drain();  // after the end too: what the last moment wrote
     if (over) break;
   }
@@ -178,8 +321,18 @@ int control(Context& ctx, const std::vector<std::string>& ids, Control action) {
       throw Error(Exit::NoPerm, fmt::format("job {} belongs to {}: only its user or an admin can {} it", j.display_id(),
                                             j.user, verb),
                   "admins are listed in rsub.admins");
+  // Remote jobs: one command per backend, then their states are read again.
+  std::map<std::string, std::vector<std::string>> remote;
+  for (const JobRecord& j : jobs)
+    if (j.backend != "local" && !j.remote_id.empty()) remote[j.backend].push_back(j.remote_id);
+  for (const auto& [name, remote_ids] : remote)
+    if (make_backend(backend_config(ctx, name))->control(remote_ids, action))  // the backend forgot them
+      for (const JobRecord& j : jobs)
+        if (j.backend == name) store.finish(j.id, JobState::Cancelled, "cancelled by " + ctx.me.user, now_s());
+  for (const auto& [name, _] : remote) refresh_remote(ctx, store, false, true, name);
   bool wake = false;
   for (const JobRecord& j : jobs) {
+    if (j.backend != "local") continue;
     bool changed = false;
     if (action == Control::Cancel) {
       changed = store.cancel(j.id, ctx.me.user, now_s());
@@ -216,11 +369,16 @@ int wait(Context& ctx, const std::vector<std::string>& ids, std::optional<double
   const double deadline = timeout_s ? now_s() + *timeout_s : INFINITY;
   std::uint64_t seen = 0;
   std::vector<std::int64_t> waiting;
-  for (const auto& j : jobs) waiting.push_back(j.id);
+  bool remote = false;
+  for (const auto& j : jobs) {
+    waiting.push_back(j.id);
+    remote |= j.backend != "local";
+  }
   int code = 0;
   while (!waiting.empty()) {
-    const std::uint64_t version = store.data_version();
-    if (version != seen || seen == 0) {
+    if (remote) refresh_remote(ctx, store, false);  // at most every refresh_s; our own writes
+    const std::uint64_t version = store.data_version();  // do not change data_version
+    if (version != seen || seen == 0 || remote) {
       seen = version;
       std::vector<std::int64_t> still;
       for (const auto& [id, state] : store.states_of(waiting)) {
@@ -237,22 +395,23 @@ int wait(Context& ctx, const std::vector<std::string>& ids, std::optional<double
     }
     if (now_s() > deadline)
       throw Error(Exit::TempFail, fmt::format("{} job(s) still active after --timeout", waiting.size()));
-    sleep_s(0.02);
+    sleep_s(remote ? 0.5 : 0.02);
   }
   return code;
 }
 
 int status(Context& ctx) {
   Store store(ctx.settings.dir);
+  refresh_remote(ctx, store, false);
   struct Row {
     int pending = 0, running = 0, cpus = 0, gpus = 0;
     double oldest_submit = INFINITY;
   };
-  std::map<std::string, Row> rows;
+  std::map<std::pair<std::string, std::string>, Row> rows;  // (backend, tenant)
   Row total;
   const double now = now_s();
   store.each_job({}, [&](const JobRecord& j) {
-    for (Row* r : {&rows[j.spec.tenant], &total}) {
+    for (Row* r : {&rows[{j.backend, j.spec.tenant}], &total}) {
       if (j.state == JobState::Pending) {
         ++r->pending;
         r->oldest_submit = std::min(r->oldest_submit, j.submit_s);
@@ -265,33 +424,43 @@ int status(Context& ctx) {
   });
   Json capacity = Json::object();
   if (auto cap = store.meta("capacity")) capacity = parse_json(*cap, "capacity");
-  auto record = [&](const std::string& tenant, const Row& r) {
+  auto record = [&](const std::string& backend, const std::string& tenant, const Row& r) {
+    const bool local = backend == "local" || backend == "*";  // they carry the local machine's capacity
     return Json{{"schema", "rkit.queue.v1"},
-                {"backend", "local"},
+                {"backend", backend},
                 {"tenant", tenant},
                 {"pending", r.pending},
                 {"running", r.running},
                 {"cpus_in_use", r.cpus},
                 {"gpus_in_use", r.gpus},
-                {"cpus_total", capacity.value("cpus", Json(nullptr))},
-                {"gpus_total", capacity.value("gpus", Json(nullptr))},
+                {"cpus_total", local ? capacity.value("cpus", Json(nullptr)) : Json(nullptr)},
+                {"gpus_total", local ? capacity.value("gpus", Json(nullptr)) : Json(nullptr)},
                 {"oldest_pending_s", std::isfinite(r.oldest_submit) ? Json(now - r.oldest_submit) : Json(nullptr)}};
   };
   auto age = [](const Json& v) { return v.is_null() ? std::string("-") : format_duration(std::floor(v.get<double>())); };
   Printer out(std::cout, ctx.format,
-              {{"TENANT", "tenant"},
+              {{"BACKEND", "backend"},
+               {"TENANT", "tenant"},
                {"PENDING", "pending"},
                {"RUNNING", "running"},
                {"CPUS", "cpus_in_use"},
                {"GPUS", "gpus_in_use"},
                {"OLDEST PENDING", "oldest_pending_s", age}});
-  for (const auto& [tenant, r] : rows) out.print(record(tenant, r));
-  out.print(record("*", total));
+  for (const auto& [key, r] : rows) out.print(record(key.first, key.second, r));
+  out.print(record("*", "*", total));
   out.finish();
   if (ctx.format == Format::Table && !ctx.quiet)
     std::cout << fmt::format("machine: {} cores, {} GPUs{}\n", capacity.value("cpus", Json("?")).dump(),
                              capacity.value("gpus", Json("?")).dump(),
                              wake_daemon(ctx.settings.dir) ? "; daemon running" : "; no daemon running");
+  if (ctx.format == Format::Table && !ctx.quiet)
+    for (const auto& [name, config] : ctx.settings.backends) {
+      try {
+        std::cout << fmt::format("backend {}: {}\n", name, make_backend(config)->describe());
+      } catch (const Error& e) {
+        std::cout << fmt::format("backend {}: unreachable: {}\n", name, e.what());
+      }
+    }
   return 0;
 }
 
@@ -303,7 +472,18 @@ int why(Context& ctx, const std::string& id) {
   Json rec{{"schema", "rkit.job.why.v1"}, {"id", job.display_id()}, {"state", state_name(job.state)},
            {"reason", job.reason}};
   std::vector<std::string> lines;
-  if (job.state == JobState::Pending) {
+  if (job.backend != "local") {
+    refresh_remote(ctx, store, true, true, job.backend);
+    const JobRecord now = *store.job(job.id);
+    rec["state"] = state_name(now.state);
+    rec["reason"] = now.reason;
+    if (now.state == JobState::Pending) {
+      std::string reason;
+      lines = make_backend(backend_config(ctx, now.backend))->explain(now, reason);
+      rec["reason"] = reason;
+    } else
+      lines.push_back(now.state == JobState::Running ? "it is running on " + now.host : "it has ended");
+  } else if (job.state == JobState::Pending) {
     const SchedPlan plan = dry_pass(ctx.settings, local_machine(ctx.settings));
     const auto it = std::find_if(plan.verdicts.begin(), plan.verdicts.end(), [&](const Verdict& v) { return v.job == job.id; });
     const bool starts = std::any_of(plan.starts.begin(), plan.starts.end(), [&](const Start& s) { return s.job == job.id; });
@@ -346,7 +526,7 @@ int why(Context& ctx, const std::string& id) {
     std::cout << to_json_line(rec) << '\n';
     return 0;
   }
-  std::cout << fmt::format("job {}: {}{}\n", job.display_id(), state_name(job.state),
+  std::cout << fmt::format("job {}: {}{}\n", job.display_id(), rec["state"].get<std::string>(),
                            rec["reason"].get<std::string>().empty() ? "" : " (" + rec["reason"].get<std::string>() + ")");
   for (const auto& l : lines) std::cout << "  " << l << '\n';
   return 0;

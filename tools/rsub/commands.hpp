@@ -29,10 +29,19 @@ struct Context {
 Submitter current_user();
 
 int submit(Context& ctx, JobSpec spec, bool dry_run);
+
+// --backend auto (auto.cpp): local when the job fits there now; otherwise the backend
+// with the shortest expected wait whose price for the job (time limit × the price sheet's
+// hourly rate) stays within the tenant's max_job_cost. `considered` explains each one.
+struct Placement {
+  std::string backend;
+  std::string reason;
+  std::vector<std::string> considered;
+};
+Placement place_job(Context& ctx, const JobSpec& spec);
 int list(Context& ctx, JobFilter filter);
 int show(Context& ctx, const std::vector<std::string>& ids);
 int logs(Context& ctx, const std::string& id, bool follow, int task, bool err);
-enum class Control { Cancel, Hold, Release };
 int control(Context& ctx, const std::vector<std::string>& ids, Control action);
 int wait(Context& ctx, const std::vector<std::string>& ids, std::optional<double> timeout_s);
 int status(Context& ctx);

@@ -79,6 +79,66 @@ std::optional<double> duration(const Config& c, const std::string& key) {
   }
 }
 
+std::map<std::string, std::string> string_map(const Config& c, const std::string& key) {
+  std::map<std::string, std::string> out;
+  if (const auto* t = c.table.at_path(key).as_table())
+    for (const auto& [k, v] : *t) {
+      if (!v.is_string()) throw Error(Exit::Config, fmt::format("{}: {}.{} must be a string", c.where(key), key, k.str()));
+      out[std::string(k.str())] = *v.value<std::string>();
+    }
+  else if (c.table.at_path(key)) throw Error(Exit::Config, fmt::format("{}: {} must be a table", c.where(key), key));
+  return out;
+}
+
+BackendConfig backend_config(const Config& c, const std::string& name, const std::string& dir) {
+  const std::string key = "rsub.backends." + name;
+  BackendConfig b;
+  b.name = name;
+  const auto kind = c.get_string(key + ".kind");
+  if (kind == "slurm") b.kind = BackendKind::Slurm;
+  else if (kind == "kubernetes") b.kind = BackendKind::Kubernetes;
+  else throw Error(Exit::Config, fmt::format("{}: {}.kind must be \"slurm\" or \"kubernetes\"", c.where(key + ".kind"), key));
+  // Names are ids' prefixes ("slurm:1234") and Kubernetes label values: letters and
+  // digits at both ends.
+  if (name == "local" || name == "auto" || name.empty() || name.size() > 63 ||
+      name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") != std::string::npos ||
+      !std::isalnum(static_cast<unsigned char>(name.front())) || !std::isalnum(static_cast<unsigned char>(name.back())))
+    throw Error(Exit::Config, fmt::format("{}: backend name \"{}\": letters, digits, - and _, beginning and ending with "
+                                          "a letter or digit (not local or auto)",
+                                          c.where(key), name));
+  const bool slurm = b.kind == BackendKind::Slurm;
+  const std::set<std::string> common{"kind", "log_dir", "refresh", "submit_retry", "assumed_wait"};
+  const std::set<std::string> own = slurm ? std::set<std::string>{"accounts", "slurm_conf", "bin_dir", "partition", "qos"}
+                                          : std::set<std::string>{"queues", "kubectl", "context", "namespace", "image",
+                                                                  "priority_class", "gpu_resource", "gpu_label"};
+  for (const auto& [k, _] : *c.table.at_path(key).as_table())
+    if (!common.count(std::string(k.str())) && !own.count(std::string(k.str())))
+      throw Error(Exit::Config, fmt::format("{}: unknown key {}.{} for a {} backend", c.where(key + "." + std::string(k.str())),
+                                            key, k.str(), *kind));
+  auto str = [&](const char* k, std::string& out) {
+    if (auto v = c.get_string(key + "." + k)) out = *v;
+  };
+  str("log_dir", b.log_dir);
+  if (b.log_dir.empty()) b.log_dir = dir + "/logs/" + name;
+  if (auto v = duration(c, key + ".refresh")) b.refresh_s = *v;
+  if (auto v = duration(c, key + ".submit_retry")) b.submit_retry_s = *v;
+  b.assumed_wait_s = duration(c, key + ".assumed_wait");
+  b.tenant_map = string_map(c, key + (slurm ? ".accounts" : ".queues"));
+  str("slurm_conf", b.slurm_conf);
+  str("bin_dir", b.bin_dir);
+  str("partition", b.partition);
+  str("qos", b.qos);
+  str("kubectl", b.kubectl);
+  str("context", b.context);
+  str("namespace", b.kube.namespace_name);
+  str("image", b.kube.image);
+  str("priority_class", b.kube.priority_class);
+  str("gpu_resource", b.kube.gpu_resource);
+  str("gpu_label", b.kube.gpu_label);
+  b.kube.backend = name;
+  return b;
+}
+
 }  // namespace
 
 Settings load_settings(const Config& c) {
@@ -128,7 +188,24 @@ Settings load_settings(const Config& c) {
       t.max_gpus = number<int>(c, key + ".max_gpus", 0, 1 << 20);
       t.max_cpus = number<int>(c, key + ".max_cpus", 0, 1 << 20);
       s.sched.tenants[std::string(name.str())] = t;
+      if (auto v = number<double>(c, key + ".max_job_cost", 0, 1e12)) s.max_job_cost[std::string(name.str())] = *v;
     }
+  if (const auto* backends = c.table.at_path("rsub.backends").as_table())
+    for (const auto& [name, _] : *backends) {
+      s.backends[std::string(name.str())] = backend_config(c, std::string(name.str()), s.dir);
+      s.auto_backends.push_back(std::string(name.str()));
+    }
+  if (const auto* order = c.table.at_path("rsub.auto.backends").as_array()) {
+    s.auto_backends.clear();
+    for (const auto& b : *order) {
+      const auto name = b.value<std::string>();
+      if (!name || !s.backends.count(*name))
+        throw Error(Exit::Config, fmt::format("{}: rsub.auto.backends must name configured backends",
+                                              c.where("rsub.auto.backends")));
+      s.auto_backends.push_back(*name);
+    }
+  }
+  if (auto v = c.get_string("rsub.auto.prices")) s.prices_path = *v;
   return s;
 }
 

@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "backend.hpp"
 #include "rkit/config.hpp"
 #include "sched.hpp"
 
@@ -44,6 +45,13 @@ struct Settings {
   double gpu_weight = 10;                      // rsub.priority.gpu_weight: a GPU-second is worth N core-seconds
   std::optional<int> local_cpus, local_gpus;   // [local] cpus, gpus: instead of the host's
   std::optional<std::uint64_t> local_memory;   // [local] memory
+  std::map<std::string, BackendConfig> backends;  // [rsub.backends.NAME]
+  // --backend auto: the remote backends it may choose, in order of preference when their
+  // waits tie (rsub.auto.backends; default: all), the price sheet that costs a job there
+  // (rsub.auto.prices), and each tenant's most a job may cost (rsub.tenants.T.max_job_cost).
+  std::vector<std::string> auto_backends;
+  std::string prices_path;
+  std::map<std::string, double> max_job_cost;
 };
 // Errors: Error(Config) naming file:line for values of the wrong type or meaning.
 Settings load_settings(const Config& config);

@@ -24,6 +24,9 @@ std::string_view state_name(JobState state);  // "PENDING", "RUNNING", ...
 std::optional<JobState> parse_state(std::string_view name);  // case-insensitive
 inline bool terminal(JobState s) { return s != JobState::Pending && s != JobState::Running; }
 
+// What rsub cancel, hold and release ask of a job, whichever backend runs it.
+enum class Control { Cancel, Hold, Release };
+
 // One task's share of the machine.
 struct TaskAlloc {
   std::vector<int> cores;  // logical core indices

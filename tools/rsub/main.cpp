@@ -18,6 +18,7 @@ void add_submit_options(CLI::App* app, rkit::rsub::SpecOverrides& o, bool& dry_r
   app->add_option("-C,--workdir", o.workdir, "Working directory (default: the current one)")->type_name("DIR");
   app->add_option("-e,--env", o.env, "Set an environment variable (repeatable)")->type_name("K=V")->allow_extra_args(false);
   app->add_option("--tasks", o.tasks, "Tasks, started together (gang)")->type_name("N");
+  app->add_option("-N,--nodes", o.nodes, "Nodes the tasks spread over (Slurm)")->type_name("N");
   app->add_option("-c,--cpus-per-task", o.cpus_per_task, "Cores per task")->type_name("N");
   app->add_option("-g,--gpus-per-task", o.gpus_per_task, "GPUs per task")->type_name("N");
   app->add_option("--gpu-type", o.gpu_type, "GPU model, matched in GPU names (e.g. H100)")->type_name("T");
@@ -31,7 +32,13 @@ void add_submit_options(CLI::App* app, rkit::rsub::SpecOverrides& o, bool& dry_r
       ->type_name("DEP")
       ->allow_extra_args(false);
   app->add_flag("--hold", [&o](std::int64_t) { o.hold = true; }, "Submit held (rsub release starts it)");
-  app->add_option("--backend", o.backend, "Where it runs: local or auto")->type_name("B");
+  app->add_option("-b,--backend", o.backend, "Where it runs: local, a configured backend's name, or auto")
+      ->type_name("B");
+  app->add_option("-p,--partition", o.partition, "Slurm partition (default: the backend's)")->type_name("P");
+  app->add_option("--qos", o.qos, "Slurm QOS (default: the backend's)")->type_name("Q");
+  app->add_option("-A,--account", o.account, "Slurm account (default: the tenant's, from the backend)")
+      ->type_name("A");
+  app->add_option("--image", o.image, "Container image (Kubernetes; default: the backend's)")->type_name("IMAGE");
   app->add_flag("--dry-run", dry_run, "Print the job record; store nothing");
 }
 

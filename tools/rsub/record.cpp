@@ -7,6 +7,7 @@
 namespace rkit::rsub {
 
 std::string JobRecord::display_id() const {
+  if (!remote_id.empty()) return fmt::format("{}:{}", backend, remote_id);
   return array_parent && array_index ? fmt::format("{}_{}", *array_parent, *array_index) : std::to_string(id);
 }
 
@@ -38,7 +39,8 @@ std::string JobRecord::to_json_line() const {
   if (start_s) elapsed = end_s.value_or(now_s()) - *start_s;
   const std::string head = Json{{"schema", "rkit.job.v1"},
                                 {"id", display_id()},
-                                {"backend", "local"},
+                                {"backend", backend},
+                                {"remote_id", remote_id.empty() ? Json(nullptr) : Json(remote_id)},
                                 {"job_id", id},
                                 {"array_parent", opt(array_parent)},
                                 {"array_index", opt(array_index)}}

@@ -34,7 +34,7 @@ constexpr std::array<std::pair<DepType, std::string_view>, 3> kDepTypes{{
 
 // The flag that sets each validated key, so that an override's error names what was typed.
 constexpr std::pair<std::string_view, std::string_view> kFlagOfKey[] = {
-    {"name", "--name"}, {"env", "--env"}, {"resources.tasks", "--tasks"},
+    {"name", "--name"}, {"env", "--env"}, {"resources.tasks", "--tasks"}, {"resources.nodes", "--nodes"},
     {"resources.cpus_per_task", "--cpus-per-task"}, {"resources.gpus_per_task", "--gpus-per-task"},
     {"priority", "--priority"}, {"time_limit", "--time"}, {"retry.on_exit_codes", "--retry-on"},
     {"retry.on_signals", "--retry-on"}, {"array.range", "--array"}, {"array.max_concurrent", "--array"},
@@ -147,7 +147,13 @@ void validate(const JobSpec& s, const Fail& fail) {
     range("array.max_concurrent", s.array->max_concurrent, 0, INT_MAX);
   }
   for (const auto& d : s.depends)
-    if (d.job < 1) fail("depends", fmt::format("job ids must be at least 1 (not {})", d.job));
+    if (d.job < 1 && d.remote.empty()) fail("depends", fmt::format("job ids must be at least 1 (not {})", d.job));
+  range("resources.nodes", s.resources.nodes, 1, kMaxTasks);
+  if (s.resources.tasks % s.resources.nodes != 0)
+    fail("resources.nodes", fmt::format("must divide resources.tasks ({} tasks on {} nodes)", s.resources.tasks,
+                                        s.resources.nodes));
+  range("slurm.switches", s.slurm.switches, 0, 1024);
+  if (s.slurm.switch_wait_s < 0) fail("slurm.switch_wait", "must not be negative");
   if (s.backend.empty()) fail("backend", "must not be empty");
 }
 
@@ -176,6 +182,8 @@ class TomlReader {
       else if (key == "retry") spec.retry = retry(table(v, key));
       else if (key == "array") spec.array = array_spec(table(v, key));
       else if (key == "depends") spec.depends = depends(v);
+      else if (key == "slurm") spec.slurm = slurm(table(v, key));
+      else if (key == "kubernetes") spec.kube = kube(table(v, key));
       else unknown(k, "");
     }
     if (spec.name.empty()) spec.name = default_name(spec.command);
@@ -261,6 +269,7 @@ class TomlReader {
     for (auto&& [k, v] : t) {
       const std::string key = "resources." + std::string(k.str());
       if (k.str() == "tasks") r.tasks = integer(v, key);
+      else if (k.str() == "nodes") r.nodes = integer(v, key);
       else if (k.str() == "cpus_per_task") r.cpus_per_task = integer(v, key);
       else if (k.str() == "gpus_per_task") r.gpus_per_task = integer(v, key);
       else if (k.str() == "gpu_type") r.gpu_type = string(v, key);
@@ -268,6 +277,31 @@ class TomlReader {
       else unknown(k, "resources.");
     }
     return r;
+  }
+
+  SlurmHints slurm(const toml::table& t) const {
+    SlurmHints h;
+    for (auto&& [k, v] : t) {
+      const std::string key = "slurm." + std::string(k.str());
+      if (k.str() == "partition") h.partition = string(v, key);
+      else if (k.str() == "qos") h.qos = string(v, key);
+      else if (k.str() == "account") h.account = string(v, key);
+      else if (k.str() == "switches") h.switches = integer(v, key);
+      else if (k.str() == "switch_wait") h.switch_wait_s = seconds(v, key);
+      else unknown(k, "slurm.");
+    }
+    return h;
+  }
+
+  KubeHints kube(const toml::table& t) const {
+    KubeHints h;
+    for (auto&& [k, v] : t) {
+      const std::string key = "kubernetes." + std::string(k.str());
+      if (k.str() == "image") h.image = string(v, key);
+      else if (k.str() == "queue") h.queue = string(v, key);
+      else unknown(k, "kubernetes.");
+    }
+    return h;
   }
 
   RetryPolicy retry(const toml::table& t) const {
@@ -340,7 +374,7 @@ class TomlReader {
     }
     if (!type) fail(t, "depends.type", "is required");
     if (!job) fail(t, "depends.job", "is required");
-    return {*type, *job};
+    return {*type, *job, {}};
   }
 
   const toml::table& root_;
@@ -406,7 +440,10 @@ std::string_view dep_type_name(DepType type) {
 
 Json JobSpec::to_json() const {
   Json deps = Json::array();
-  for (const auto& d : depends) deps.push_back({{"type", std::string(dep_type_name(d.type))}, {"job", d.job}});
+  for (const auto& d : depends) {
+    deps.push_back({{"type", std::string(dep_type_name(d.type))}, {"job", d.job}});
+    if (!d.remote.empty()) deps.back()["remote"] = d.remote;
+  }
   Json j;
   j["name"] = name;
   j["tenant"] = tenant;
@@ -416,6 +453,7 @@ Json JobSpec::to_json() const {
   j["env"] = Json::object();
   for (const auto& [k, v] : env) j["env"][k] = v;
   j["resources"] = {{"tasks", resources.tasks},
+                    {"nodes", resources.nodes},
                     {"cpus_per_task", resources.cpus_per_task},
                     {"gpus_per_task", resources.gpus_per_task},
                     {"gpu_type", resources.gpu_type},
@@ -430,6 +468,12 @@ Json JobSpec::to_json() const {
   j["priority"] = priority;
   j["backend"] = backend;
   j["hold"] = hold;
+  j["slurm"] = {{"partition", slurm.partition},
+                {"qos", slurm.qos},
+                {"account", slurm.account},
+                {"switches", slurm.switches},
+                {"switch_wait_s", slurm.switch_wait_s}};
+  j["kubernetes"] = {{"image", kube.image}, {"queue", kube.queue}};
   return j;
 }
 
@@ -448,6 +492,7 @@ JobSpec JobSpec::from_json(const Json& json) {
   if (const Json* res = top.find("resources")) {
     RecordObject r(*res, "resources");
     r.read("tasks", s.resources.tasks);
+    r.read("nodes", s.resources.nodes);
     r.read("cpus_per_task", s.resources.cpus_per_task);
     r.read("gpus_per_task", s.resources.gpus_per_task);
     r.read("gpu_type", s.resources.gpu_type);
@@ -477,13 +522,27 @@ JobSpec JobSpec::from_json(const Json& json) {
       d.read("type", type);
       auto t = dep_type(type);
       if (!t) bad_record(d.path("type"), "afterok, afterany or afternotok");
-      Dependency& dep = s.depends.emplace_back(Dependency{*t, 0});
+      Dependency& dep = s.depends.emplace_back(Dependency{*t, 0, {}});
       d.read("job", dep.job);
+      d.read("remote", dep.remote);
     }
   }
   top.read("priority", s.priority);
   top.read("backend", s.backend);
   top.read("hold", s.hold);
+  if (const Json* h = top.find("slurm")) {
+    RecordObject r(*h, "slurm");
+    r.read("partition", s.slurm.partition);
+    r.read("qos", s.slurm.qos);
+    r.read("account", s.slurm.account);
+    r.read("switches", s.slurm.switches);
+    r.read("switch_wait_s", s.slurm.switch_wait_s);
+  }
+  if (const Json* h = top.find("kubernetes")) {
+    RecordObject r(*h, "kubernetes");
+    r.read("image", s.kube.image);
+    r.read("queue", s.kube.queue);
+  }
   validate(s, [](std::string_view key, const std::string& why) {
     throw Error(Exit::DataErr, fmt::format("job spec record: {} {}", key, why));
   });
@@ -514,6 +573,11 @@ void apply_overrides(JobSpec& spec, const SpecOverrides& o) {
     spec.env[std::string(key)] = std::string(*value);
   }
   if (o.tasks) spec.resources.tasks = *o.tasks;
+  if (o.nodes) spec.resources.nodes = *o.nodes;
+  if (o.partition) spec.slurm.partition = *o.partition;
+  if (o.qos) spec.slurm.qos = *o.qos;
+  if (o.account) spec.slurm.account = *o.account;
+  if (o.image) spec.kube.image = *o.image;
   if (o.cpus_per_task) spec.resources.cpus_per_task = *o.cpus_per_task;
   if (o.gpus_per_task) spec.resources.gpus_per_task = *o.gpus_per_task;
   if (o.gpu_type) spec.resources.gpu_type = *o.gpu_type;
@@ -606,10 +670,21 @@ std::vector<Dependency> parse_dependency(std::string_view text) {
     auto type = dep_type(type_text);
     if (!type) bad(fmt::format("\"{}\" is not afterok, afterany or afternotok", type_text));
     if (!ids) bad("expected TYPE:JOB[:JOB...]");
-    for (std::string_view id : split(*ids, ':')) {
-      auto job = parse_digits(id);
-      if (!job || *job < 1) bad(fmt::format("\"{}\" is not a job id", id));
-      out.push_back({*type, *job});
+    // Ids are rsub's (12) or a backend's: a name, then its id there (slurm:1234,
+    // gke:rsub-12-train).
+    const auto parts = split(*ids, ':');
+    for (std::size_t i = 0; i < parts.size(); ++i) {
+      if (auto job = parse_digits(parts[i])) {
+        if (*job < 1) bad(fmt::format("\"{}\" is not a job id", parts[i]));
+        out.push_back({*type, *job, {}});
+        continue;
+      }
+      const auto id_char = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.'; };
+      if (parts[i].empty() || i + 1 == parts.size() || parts[i + 1].empty() ||
+          !std::all_of(parts[i + 1].begin(), parts[i + 1].end(), id_char))
+        bad(fmt::format("\"{}\" is not a job id (12, or BACKEND:ID such as slurm:1234)", parts[i]));
+      out.push_back({*type, 0, fmt::format("{}:{}", parts[i], parts[i + 1])});
+      ++i;
     }
   }
   return out;

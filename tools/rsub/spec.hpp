@@ -14,13 +14,19 @@
 //   name, tenant, project, command (array of strings, or a string run by /bin/sh -c),
 //   workdir, env (table of strings), priority (-1000..1000), backend, time_limit
 //   (duration text such as "2h" or seconds as a number; 0 = none), hold (bool),
-//   [resources] tasks (>= 1), cpus_per_task (>= 1), gpus_per_task (>= 0), gpu_type,
-//   memory (per task: size text such as "16G", or bytes),
+//   [resources] tasks (>= 1), nodes (>= 1; tasks spread evenly over them), cpus_per_task
+//   (>= 1), gpus_per_task (>= 0), gpu_type, memory (per task: size text such as "16G", or
+//   bytes),
 //   [retry] max_attempts (>= 1), on_exit_codes (1..255), on_signals (names such as
 //   "SIGKILL"/"KILL" or numbers), backoff (duration),
 //   [array] range ("0-99", "1,3,5-7", "0-15:4"), max_concurrent (>= 0, 0 = no limit),
-//   depends: an array of "afterok:12", "afterany:12:13" strings, or of tables
-//   { type = "afterok", job = 12 }.
+//   depends: an array of "afterok:12", "afterany:12:13", "afterok:slurm:1234" strings, or
+//   of tables { type = "afterok", job = 12 },
+//   [slurm] partition, qos, account (instead of the backend's tenant mapping), switches
+//   (>= 1: at most this many leaf switches), switch_wait (duration: how long to wait
+//   for them); read by Slurm backends only,
+//   [kubernetes] image (the container image), queue (Kueue LocalQueue, instead of the
+//   backend's tenant mapping); read by Kubernetes backends only.
 // Unknown keys are errors (a typo must not be silently ignored).
 #pragma once
 
@@ -40,7 +46,10 @@ std::string_view dep_type_name(DepType type);  // "afterok", "afterany", "aftern
 
 struct Dependency {
   DepType type = DepType::AfterOk;
-  std::int64_t job = 0;
+  std::int64_t job = 0;  // rsub's id
+  // A job named by its backend's id ("slurm:1234") as typed; the client resolves it to
+  // `job` before storing (job stays 0 until then).
+  std::string remote{};
   bool operator==(const Dependency&) const = default;
 };
 
@@ -50,6 +59,7 @@ struct Resources {
   int gpus_per_task = 0;
   std::string gpu_type;            // empty: any; else matched case-insensitively in GPU names
   std::uint64_t memory_bytes = 0;  // per task; 0: not asked
+  int nodes = 1;                   // machines the tasks spread over (tasks % nodes == 0)
   bool operator==(const Resources&) const = default;
 };
 
@@ -67,6 +77,21 @@ struct ArraySpec {
   bool operator==(const ArraySpec&) const = default;
 };
 
+// Hints only Slurm backends read.
+struct SlurmHints {
+  std::string partition, qos, account;  // empty: the backend's
+  int switches = 0;                     // 0: no limit
+  double switch_wait_s = 0;             // with switches: the longest wait for them
+  bool operator==(const SlurmHints&) const = default;
+};
+
+// Hints only Kubernetes backends read.
+struct KubeHints {
+  std::string image;  // empty: the backend's default image
+  std::string queue;  // empty: the backend's queue for the tenant
+  bool operator==(const KubeHints&) const = default;
+};
+
 struct JobSpec {
   std::string name;                     // default: the command's basename
   std::string tenant;                   // empty: filled by the client from config/user
@@ -82,6 +107,8 @@ struct JobSpec {
   int priority = 0;                     // -1000..1000
   std::string backend = "local";
   bool hold = false;                    // submit held
+  SlurmHints slurm;
+  KubeHints kube;
   bool operator==(const JobSpec&) const = default;
 
   // The normalised form kept in the store and shown in rkit.job.v1's "spec".
@@ -99,8 +126,9 @@ JobSpec load_spec(const std::string& path);
 // Command-line overrides; each set field replaces (env: adds to) the spec's value.
 struct SpecOverrides {
   std::optional<std::string> name, tenant, project, workdir, gpu_type, backend;
+  std::optional<std::string> partition, qos, account, image;  // [slurm], [kubernetes] hints
   std::vector<std::string> env;            // "K=V"
-  std::optional<int> tasks, cpus_per_task, gpus_per_task, priority;
+  std::optional<int> tasks, nodes, cpus_per_task, gpus_per_task, priority;
   std::optional<std::string> memory;       // size text
   std::optional<std::string> time_limit;   // duration text; "0" = none
   std::optional<int> retries;              // max_attempts = retries + 1
@@ -116,7 +144,8 @@ void apply_overrides(JobSpec& spec, const SpecOverrides& overrides);
 
 // "0-99", "1,3,5-7", "0-15:4" → indices (Error(Usage) "array range ...: why").
 std::vector<int> parse_array_range(std::string_view text);
-// "afterok:12:13" → two dependencies (Error(Usage) on anything else).
+// "afterok:12:13" → two dependencies; "afterok:slurm:1234" → one with remote "slurm:1234"
+// (Error(Usage) on anything else).
 std::vector<Dependency> parse_dependency(std::string_view text);
 // "SIGKILL", "KILL", "9" → 9; nullopt when not a signal.
 std::optional<int> parse_signal(std::string_view text);

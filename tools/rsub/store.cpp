@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <random>
 #include <string_view>
 
 #include "rkit/error.hpp"
@@ -19,7 +20,8 @@ namespace rkit::rsub {
 
 namespace {
 
-constexpr int kSchemaVersion = 1;
+// 2: jobs.backend and jobs.remote_id (jobs on Slurm and Kubernetes backends).
+constexpr int kSchemaVersion = 2;
 
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS jobs(
@@ -31,9 +33,11 @@ CREATE TABLE IF NOT EXISTS jobs(
   cancel_requested INTEGER NOT NULL DEFAULT 0,
   submit_s REAL NOT NULL, eligible_s REAL NOT NULL, start_s REAL, end_s REAL,
   exit_code INTEGER, signal INTEGER, attempts INTEGER NOT NULL DEFAULT 0,
-  alloc TEXT, host TEXT NOT NULL DEFAULT '', record_fields TEXT NOT NULL);
+  alloc TEXT, host TEXT NOT NULL DEFAULT '', record_fields TEXT NOT NULL,
+  backend TEXT NOT NULL DEFAULT 'local', remote_id TEXT);
 CREATE INDEX IF NOT EXISTS jobs_active ON jobs(id) WHERE state IN ('PENDING', 'RUNNING');
 CREATE INDEX IF NOT EXISTS jobs_array ON jobs(array_parent) WHERE array_parent IS NOT NULL;
+CREATE INDEX IF NOT EXISTS jobs_remote ON jobs(backend, remote_id) WHERE remote_id IS NOT NULL;
 CREATE TABLE IF NOT EXISTS tasks(
   job_id INTEGER NOT NULL, attempt INTEGER NOT NULL, task INTEGER NOT NULL,
   pid INTEGER, start_s REAL, end_s REAL, exit_code INTEGER, signal INTEGER,
@@ -42,9 +46,15 @@ CREATE TABLE IF NOT EXISTS usage(tenant TEXT PRIMARY KEY, value REAL NOT NULL, u
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 )sql";
 
+// Version 1 stores, from before remote backends: the columns that version 2 added.
+constexpr const char* kMigrateFrom1 = R"sql(
+ALTER TABLE jobs ADD COLUMN backend TEXT NOT NULL DEFAULT 'local';
+ALTER TABLE jobs ADD COLUMN remote_id TEXT;
+)sql";
+
 constexpr const char* kJobColumns =
     "id, array_parent, array_index, spec, user, uid, state, reason, held, cancel_requested, submit_s, eligible_s, "
-    "start_s, end_s, exit_code, signal, attempts, alloc, host, record_fields";
+    "start_s, end_s, exit_code, signal, attempts, alloc, host, record_fields, backend, remote_id";
 
 [[noreturn]] void fail(sqlite3* db, std::string_view what) {
   const int code = sqlite3_extended_errcode(db);
@@ -147,18 +157,7 @@ Store::Store(const std::string& dir) : dir_(dir) {
   }
   try {
     sqlite3_busy_timeout(db_, 30000);
-    // Switching a new database to WAL takes a lock that SQLite does not wait for, so
-    // clients that create the store at the same moment retry here.
-    for (int tries = 0;; ++tries) {
-      try {
-        exec("PRAGMA journal_mode=WAL");
-        break;
-      } catch (const Error& e) {
-        if (e.code() != Exit::TempFail || tries == 3000) throw;
-        ::usleep(10000);
-      }
-    }
-    exec("PRAGMA synchronous=NORMAL");
+    exec("PRAGMA synchronous=NORMAL");  // per connection; WAL mode is the file's, set once below
     Stmt& version = stmt("PRAGMA user_version");
     const int have = version.step() ? version.i32(0) : 0;
     version.reset();
@@ -167,11 +166,30 @@ Store::Store(const std::string& dir) : dir_(dir) {
                   fmt::format("job store {}: schema version {} is newer than this rsub's ({})", path, have,
                               kSchemaVersion),
                   "use the rsub that created it");
-    if (have < kSchemaVersion)
+    if (have < kSchemaVersion) {
+      // Switching a new database to WAL takes a lock that SQLite does not wait for, so
+      // clients that create the store at the same moment retry here.
+      for (int tries = 0;; ++tries) {
+        try {
+          exec("PRAGMA journal_mode=WAL");
+          break;
+        } catch (const Error& e) {
+          if (e.code() != Exit::TempFail || tries == 3000) throw;
+          ::usleep(10000);
+        }
+      }
       transaction([&] {
+        // Read again under the write lock: another client may have upgraded it meanwhile
+        // (ALTER TABLE cannot run twice, unlike kSchema's IF NOT EXISTS).
+        Stmt& again = stmt("PRAGMA user_version");
+        const int now = again.step() ? again.i32(0) : 0;
+        again.reset();
+        if (now >= kSchemaVersion) return;
+        if (now == 1) exec(kMigrateFrom1);
         exec(kSchema);
         exec(fmt::format("PRAGMA user_version={}", kSchemaVersion).c_str());
       });
+    }
   } catch (...) {
     cache_.clear();
     sqlite3_close(db_);
@@ -225,7 +243,7 @@ std::vector<std::int64_t> Store::submit(const JobSpec& spec, const Submitter& wh
   transaction([&] {
     Stmt& insert = stmt(
         "INSERT INTO jobs(array_parent, array_index, name, tenant, user, uid, spec, state, reason, held, submit_s, "
-        "eligible_s, record_fields) VALUES(?, ?, ?, ?, ?, ?, ?, 'PENDING', ?, ?, ?, ?, ?)");
+        "eligible_s, record_fields, backend) VALUES(?, ?, ?, ?, ?, ?, ?, 'PENDING', ?, ?, ?, ?, ?, ?)");
     auto add = [&](std::optional<std::int64_t> parent, std::optional<int> index) {
       insert.reset()
           .bind(parent)
@@ -240,6 +258,7 @@ std::vector<std::int64_t> Store::submit(const JobSpec& spec, const Submitter& wh
           .bind(now)
           .bind(now)
           .bind(fields)
+          .bind(spec.backend)
           .run();
       ids.push_back(sqlite3_last_insert_rowid(db_));
     };
@@ -279,6 +298,8 @@ JobRecord Store::read_job(Stmt& s, bool light) {
   if (!light) r.alloc = alloc_from_json(parse_json(r.alloc_text, fmt::format("job {} allocation", r.id)));
   r.host = s.text(18);
   r.record_fields = s.text(19);
+  r.backend = s.text(20);
+  r.remote_id = s.text(21);
   return r;
 }
 
@@ -292,6 +313,23 @@ std::optional<JobRecord> Store::job(std::int64_t id) {
 }
 
 std::vector<JobRecord> Store::resolve(const std::string& text) {
+  if (const auto colon = text.find(':'); colon != std::string::npos) {
+    // A backend's id: slurm:1234 (the job, or every element of array 1234), slurm:1234_5.
+    static const std::string sql = fmt::format(
+        "SELECT {} FROM jobs WHERE backend = ?1 AND (remote_id = ?2 OR (instr(?2, '_') = 0 AND "
+        "substr(remote_id, 1, length(?2) + 1) = ?2 || '_')) ORDER BY id",
+        kJobColumns);
+    const std::string_view remote = std::string_view(text).substr(colon + 1);
+    if (colon == 0 || remote.empty() ||
+        !std::all_of(remote.begin(), remote.end(),
+                     [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.'; }))
+      throw Error(Exit::Usage, fmt::format("\"{}\" is not a job id (12, 12_3, or BACKEND:ID such as slurm:1234)", text));
+    Stmt& s = stmt(sql.c_str());
+    s.bind(std::string_view(text).substr(0, colon)).bind(remote);
+    std::vector<JobRecord> out;
+    while (s.step()) out.push_back(read_job(s));
+    return out;
+  }
   auto number = [&](std::string_view digits) {
     std::int64_t v = 0;
     if (digits.empty() || digits.size() > 18 || !std::all_of(digits.begin(), digits.end(), ::isdigit))
@@ -375,7 +413,8 @@ std::uint64_t Store::data_version() {
 
 std::vector<JobRecord> Store::active_jobs_after(std::int64_t after_id) {
   static const std::string sql =
-      fmt::format("SELECT {} FROM jobs WHERE state IN ('PENDING', 'RUNNING') AND id > ? ORDER BY id", kJobColumns);
+      fmt::format("SELECT {} FROM jobs WHERE state IN ('PENDING', 'RUNNING') AND backend = 'local' AND id > ? ORDER BY id",
+                  kJobColumns);
   Stmt& s = stmt(sql.c_str());
   s.bind(after_id);
   std::vector<JobRecord> out;
@@ -386,7 +425,7 @@ std::vector<JobRecord> Store::active_jobs_after(std::int64_t after_id) {
 std::vector<Store::ActiveState> Store::active_states() {
   Stmt& s = stmt(
       "SELECT id, state, held, cancel_requested, eligible_s, attempts FROM jobs WHERE state IN ('PENDING', "
-      "'RUNNING') ORDER BY id");
+      "'RUNNING') AND backend = 'local' ORDER BY id");
   std::vector<ActiveState> out;
   while (s.step())
     out.push_back({s.i64(0), s.text(1) == "RUNNING" ? JobState::Running : JobState::Pending, s.i32(2) != 0,
@@ -520,6 +559,94 @@ JobState Store::end_attempt(std::int64_t id, int attempt, const AttemptEnd& end)
     result = t.state;
   });
   return result;
+}
+
+void Store::set_remote_ids(const std::vector<std::int64_t>& ids, const std::vector<std::string>& remote_ids) {
+  if (ids.size() != remote_ids.size())
+    throw Error(Exit::Software, fmt::format("job store: {} remote ids for {} jobs", remote_ids.size(), ids.size()));
+  transaction([&] {
+    Stmt& s = stmt("UPDATE jobs SET remote_id = ? WHERE id = ?");
+    for (std::size_t i = 0; i < ids.size(); ++i) s.reset().bind(remote_ids[i]).bind(ids[i]).run();
+  });
+}
+
+std::vector<Store::Unsubmitted> Store::unsubmitted(const std::string& backend) {
+  Stmt& s = stmt(
+      "SELECT id, coalesce(array_parent, id), array_index, user FROM jobs WHERE backend = ? AND remote_id IS NULL AND "
+      "state = 'PENDING' ORDER BY id");
+  s.bind(backend);
+  std::vector<Unsubmitted> out;
+  while (s.step()) out.push_back({s.i64(0), s.i64(1), s.opt<int>(2), s.text(3)});
+  return out;
+}
+
+std::string Store::tag() {
+  if (auto t = meta("tag")) return *t;
+  std::random_device random;
+  const std::string made = fmt::format("{:08x}", random());
+  stmt("INSERT OR IGNORE INTO meta(key, value) VALUES('tag', ?)").bind(made).run();  // a concurrent client may win
+  return *meta("tag");
+}
+
+bool Store::claim_refresh(const std::string& backend, double now, double interval_s) {
+  bool claimed = false;
+  transaction([&] {
+    const std::string key = "refresh." + backend;
+    const auto last = meta(key);
+    if (last && now - std::atof(last->c_str()) < interval_s) return;
+    set_meta(key, fmt::format("{:.3f}", now));
+    claimed = true;
+  });
+  return claimed;
+}
+
+void Store::discard(const std::vector<std::int64_t>& ids) {
+  transaction([&] {
+    Stmt& s = stmt("DELETE FROM jobs WHERE id = ?");
+    for (std::int64_t id : ids) s.reset().bind(id).run();
+  });
+}
+
+void Store::lose_unsubmitted(const std::string& backend, double before_s, double now) {
+  stmt("UPDATE jobs SET state = 'LOST', reason = 'SubmitInterrupted', end_s = ? WHERE backend = ? AND "
+       "remote_id IS NULL AND state = 'PENDING' AND submit_s < ?")
+      .bind(now)
+      .bind(backend)
+      .bind(before_s)
+      .run();
+}
+
+std::vector<std::pair<std::int64_t, std::string>> Store::remote_active(const std::string& backend) {
+  Stmt& s = stmt(
+      "SELECT id, remote_id FROM jobs WHERE state IN ('PENDING', 'RUNNING') AND backend = ? AND remote_id IS NOT NULL "
+      "ORDER BY id");
+  s.bind(backend);
+  std::vector<std::pair<std::int64_t, std::string>> out;
+  while (s.step()) out.emplace_back(s.i64(0), s.text(1));
+  return out;
+}
+
+void Store::update_remote(const std::string& backend, const std::vector<RemoteState>& states) {
+  transaction([&] {
+    Stmt& s = stmt(
+        "UPDATE jobs SET state = ?, reason = ?, held = ?, start_s = coalesce(?, start_s), end_s = ?, exit_code = ?, "
+        "signal = ?, attempts = max(attempts, ?), host = coalesce(nullif(?, ''), host) WHERE backend = ? AND "
+        "remote_id = ? AND state IN ('PENDING', 'RUNNING')");
+    for (const auto& r : states)
+      s.reset()
+          .bind(state_name(r.state))
+          .bind(r.reason)
+          .bind(r.held ? 1 : 0)
+          .bind(r.start_s)
+          .bind(r.end_s)
+          .bind(r.exit_code)
+          .bind(r.signal)
+          .bind(r.attempts)
+          .bind(r.host)
+          .bind(backend)
+          .bind(r.remote_id)
+          .run();
+  });
 }
 
 std::optional<std::string> Store::meta(const std::string& key) {

@@ -61,8 +61,10 @@ struct JobRecord {
   // a job not from the store). A light read (JobFilter::light) fills these, not spec and
   // alloc, so that listing many jobs parses nothing.
   std::string record_fields, alloc_text;
+  std::string backend = "local";  // where it runs: "local" or a configured backend's name
+  std::string remote_id;          // that backend's id ("1234", "1234_5"); empty for local jobs
 
-  // "12", or "12_3" for element 3 of array 12.
+  // "12", or "12_3" for element 3 of array 12; a remote job's "slurm:1234".
   std::string display_id() const;
   // The rkit.job.v1 record (rkit(7) lists its fields), as one JSON line and as JSON.
   std::string to_json_line() const;
@@ -101,11 +103,13 @@ class Store {
 
   // --- clients ---------------------------------------------------------------------
   // Stores the job (an array: one job per index, all in one transaction) and returns the
-  // ids. PENDING, or PENDING and held when spec.hold.
+  // ids. PENDING, or PENDING and held when spec.hold. A job already submitted to a remote
+  // backend (spec.backend) is stored with it, and learns its ids there with set_remote_ids.
   std::vector<std::int64_t> submit(const JobSpec& spec, const Submitter& who, double now);
   std::optional<JobRecord> job(std::int64_t id);
-  // "12" (a job, or every element of array 12), "12_3" (one element). Empty when unknown;
-  // Error(Usage) when the text is not an id.
+  // "12" (a job, or every element of array 12), "12_3" (one element), "slurm:1234" (by
+  // the backend's id, also an array's), "slurm:1234_5". Empty when unknown; Error(Usage)
+  // when the text is not an id.
   std::vector<JobRecord> resolve(const std::string& text);
   // Jobs by id; active ones (PENDING, RUNNING) unless filter.all.
   void each_job(const JobFilter& filter, const std::function<void(const JobRecord&)>& fn);
@@ -159,6 +163,45 @@ class Store {
   // policy asks for another attempt (eligible after the backoff) and no cancel was asked
   // for. Returns the new state.
   JobState end_attempt(std::int64_t id, int attempt, const AttemptEnd& end);
+
+  // --- remote backends (the daemon schedules local jobs only) ---------------------------
+  // What a backend's queue says of one job.
+  struct RemoteState {
+    std::string remote_id;
+    JobState state = JobState::Pending;
+    std::string reason;
+    bool held = false;
+    std::optional<double> start_s, end_s;
+    std::optional<int> exit_code, signal;
+    int attempts = 0;
+    std::string host;
+  };
+  // A remote job is stored before it is handed to its backend (so that its rsub id can
+  // name it there); then it learns its ids there, or is discarded when the backend refuses.
+  void set_remote_ids(const std::vector<std::int64_t>& ids, const std::vector<std::string>& remote_ids);
+  void discard(const std::vector<std::int64_t>& ids);
+  // Jobs of `backend` stored before `before_s` that never learnt a remote id (their
+  // submitter died before the backend answered) become LOST: they may run there.
+  void lose_unsubmitted(const std::string& backend, double before_s, double now);
+  // Pending jobs of `backend` that have no remote id yet: (rsub id, array parent or own
+  // id, array index) — submissions whose answer was lost.
+  struct Unsubmitted {
+    std::int64_t id, array_id;
+    std::optional<int> array_index;
+    std::string user;
+  };
+  std::vector<Unsubmitted> unsubmitted(const std::string& backend);
+  // This store's tag: 8 random hex digits made with the store. It makes the names rsub
+  // gives jobs on remote backends unique across stores.
+  std::string tag();
+  // Claims the refresh of `backend`: true (and the time recorded) when nobody refreshed
+  // it in the last `interval_s` seconds. One transaction, so concurrent clients do not
+  // all query the backend at once.
+  bool claim_refresh(const std::string& backend, double now, double interval_s);
+  // Active jobs of `backend` (rsub id, remote id).
+  std::vector<std::pair<std::int64_t, std::string>> remote_active(const std::string& backend);
+  // Applies the states to the active jobs of `backend`, in one transaction.
+  void update_remote(const std::string& backend, const std::vector<RemoteState>& states);
 
   // --- shared bookkeeping ---------------------------------------------------------------
   std::optional<std::string> meta(const std::string& key);
