@@ -1,0 +1,44 @@
+// File: rtrain/launch.hpp
+//
+// rtrain launch on one node: starts `nproc` workers of a training command with the
+// environment torchrun gives them, prefixes their output with the rank, keeps one log
+// per rank and attempt, watches exits and heartbeats, and restarts the whole group when a
+// worker fails, while restarts remain. (Multi-node rendezvous is still to come.)
+//
+//   LaunchOptions o;
+//   o.nproc = 2;
+//   o.command = {"python3", "train.py"};
+//   int code = launch(o);  // the highest worker exit code, or 128 + signal
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace rkit::rtrain {
+
+struct LaunchOptions {
+  int nproc = 1;
+  int max_restarts = 0;
+  std::vector<int> restart_on;       // exit codes that restart (128 + N for signal N); empty: any failure
+  double min_uptime_s = 0;           // a failure sooner than this after start is a crash at start
+  double heartbeat_timeout_s = 0;    // 0: no heartbeat watch
+  double kill_grace_s = 10;          // SIGTERM, then SIGKILL after this
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;           // 0: a free port
+  std::string log_dir;               // "" : no log files
+  std::string events_path;           // rkit.train.event.v1 records ("" : none; "-" : stdout)
+  std::string run_id;                // "" : made up
+  std::vector<std::string> command;
+};
+
+// Runs the workers to the end. Returns 0 when every worker of a generation exited 0,
+// else the failing generation's highest exit code (128 + signal for a signal).
+int launch(const LaunchOptions& options);
+
+// The environment of worker `rank` of generation `restart_count` (torchrun's names).
+std::vector<std::pair<std::string, std::string>> worker_env(const LaunchOptions& options, int rank,
+                                                            int restart_count, const std::string& run_id,
+                                                            int master_port, const std::string& heartbeat_file);
+
+}  // namespace rkit::rtrain

@@ -1,0 +1,31 @@
+// rtrain: launch distributed training runs that survive faults.
+#include "launch.hpp"
+#include "rkit/cli.hpp"
+
+int main(int argc, char** argv) {
+  using namespace rkit;
+  using namespace rkit::rtrain;
+  Tool tool("rtrain", "Launch training workers as torchrun does, restarting the group when one fails");
+  auto* launch_cmd = tool.add_subcommand("launch", "Start NPROC workers of COMMAND on this node");
+  LaunchOptions o;
+  launch_cmd->add_option("--nproc-per-node", o.nproc, "Workers on this node, 1 to 64 (default 1)")->type_name("K")->check(CLI::Range(1, 64));
+  launch_cmd->add_option("--master-addr", o.master_addr, "Address of rank 0 (default 127.0.0.1)")->type_name("A");
+  launch_cmd->add_option("--master-port", o.master_port, "Port of rank 0's store (default 29500; 0: a free one)")
+      ->type_name("P")->check(CLI::Range(0, 65535));
+  launch_cmd->add_option("--max-restarts", o.max_restarts, "Restarts of the group after failures (default 0)")
+      ->type_name("M")->check(CLI::Range(0, 1000000));
+  launch_cmd->add_option("--restart-on", o.restart_on, "Exit codes that restart (default: any failure; 128+N for signal N)")
+      ->type_name("CODES")->delimiter(',');
+  launch_cmd->add_option("--heartbeat-timeout", o.heartbeat_timeout_s, "A worker that leaves $RKIT_HEARTBEAT_FILE untouched this long has hung (seconds; 0: off)")
+      ->type_name("S")->check(CLI::NonNegativeNumber);
+  launch_cmd->add_option("--kill-grace", o.kill_grace_s, "Seconds between SIGTERM and SIGKILL when the group stops (default 10)")
+      ->type_name("S")->check(CLI::NonNegativeNumber);
+  launch_cmd->add_option("--log-dir", o.log_dir, "One log file per rank and attempt here")->type_name("D");
+  launch_cmd->add_option("--events", o.events_path, "Write rkit.train.event.v1 records here (- for stdout)")->type_name("FILE");
+  launch_cmd->add_option("--run-id", o.run_id, "TORCHELASTIC_RUN_ID (default: made up)")->type_name("ID");
+  launch_cmd->add_option("command", o.command, "The training command, after --")->type_name("CMD");
+  return tool.run(argc, argv, [&]() -> int {
+    if (*launch_cmd) return launch(o);
+    usage_error("a subcommand is needed: rtrain launch [options] -- COMMAND");
+  });
+}
