@@ -19,7 +19,7 @@ tests=(
   libgtest-dev googletest
   bats bats-assert bats-support bats-file
   jq hwloc zsh fish groff-base
-  python3 python3-numpy python3-xxhash python3-yaml zstd sqlite3
+  python3 python3-numpy python3-xxhash python3-yaml python3-torch zstd sqlite3  # torch: rtrain's DDP client
   chromium
   slurmctld slurmd slurm-client munge slurmdbd mariadb-server  # tests/integration: a real Slurm with sacct
 )

@@ -76,3 +76,15 @@ setup() {
   run --separate-stderr rtrain launch -- /no/such/program
   assert_equal "$status" 66
 }
+
+@test "a PyTorch DDP script (gloo, env://) runs unchanged under rtrain launch and gives torchrun's result" {
+  script=$RKIT_ROOT/tests/peers/ddp_train.py
+  run -0 rtrain launch --nproc-per-node 2 --master-port 0 -- /usr/bin/python3 "$script"
+  ours=$(sed -n 's/^\[0\]: //p' <<<"$output" | grep '^{')
+  # torchrun on Python 3.11 needs the per-rank --redirects/--tee maps (DESIGN.md).
+  run -0 torchrun --standalone --nproc_per_node 2 --redirects 0:1,1:1 --tee 0:1,1:1 "$script"
+  theirs=$(sed -n 's/^\[default0\]://p' <<<"$output" | grep '^{')
+  [[ -n $ours ]]
+  assert_equal "$ours" "$theirs"
+  jq -e '.world_size == 2 and .final_loss < 0.01' <<<"$ours"
+}
