@@ -88,3 +88,89 @@ setup() {
   assert_equal "$ours" "$theirs"
   jq -e '.world_size == 2 and .final_loss < 0.01' <<<"$ours"
 }
+
+# A port for the agents' rendezvous, free now.
+free_port() { /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+@test "two agents on loopback: node 0 hosts the rendezvous; ranks, world and port agree" {
+  port=$(free_port)
+  rtrain launch --nnodes 2 --node-rank 1 --nproc-per-node 2 --master-port "$port" -- \
+    sh -c 'echo "$RANK/$WORLD_SIZE local $LOCAL_RANK node $GROUP_RANK/$GROUP_WORLD_SIZE $MASTER_ADDR:$MASTER_PORT"' >node1.out 2>&1 &
+  node1=$!
+  run -0 rtrain launch --nnodes 2 --node-rank 0 --nproc-per-node 2 --master-port "$port" -- \
+    sh -c 'echo "$RANK/$WORLD_SIZE local $LOCAL_RANK node $GROUP_RANK/$GROUP_WORLD_SIZE $MASTER_ADDR:$MASTER_PORT"'
+  wait "$node1"
+  workers=$(sed -n 's/^\[0\]: 0\/4 local 0 node 0\/2 //p' <<<"$output")
+  [[ $workers =~ ^127\.0\.0\.1:[0-9]+$ && $workers != "127.0.0.1:$port" ]]  # not the rendezvous' port
+  assert_line "[1]: 1/4 local 1 node 0/2 $workers"
+  grep -qx "\[2\]: 2/4 local 0 node 1/2 $workers" node1.out
+  grep -qx "\[3\]: 3/4 local 1 node 1/2 $workers" node1.out
+}
+
+@test "two agents: a worker killed on node 1 restarts both nodes' workers; the run finishes on both" {
+  port=$(free_port)
+  script='if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ] && [ "$RANK" = 1 ]; then kill -9 $$; fi; sleep 0.3; echo "rank $RANK gen $TORCHELASTIC_RESTART_COUNT"'
+  rtrain launch --nnodes 2 --node-rank 1 --master-port "$port" --max-restarts 1 -- sh -c "$script" >node1.out 2>&1 &
+  node1=$!
+  run -0 rtrain launch --nnodes 2 --node-rank 0 --master-port "$port" --max-restarts 1 --events events.jsonl -- sh -c "$script"
+  wait "$node1"
+  assert_line "[0]: rank 0 gen 1"
+  grep -qx '\[1\]: rank 1 gen 1' node1.out
+  jq -e -s 'map(select(.event == "restart"))[0].root_cause | startswith("rank 1 killed by signal 9")' events.jsonl
+}
+
+@test "two agents: a run that fails every time ends on both nodes with the failing worker's code" {
+  port=$(free_port)
+  rtrain launch --nnodes 2 --node-rank 1 --master-port "$port" --max-restarts 1 -- sh -c 'exit 5' >node1.out 2>&1 &
+  node1=$!
+  run rtrain launch --nnodes 2 --node-rank 0 --master-port "$port" --max-restarts 1 -- sleep 30
+  assert_equal "$status" 5
+  wait "$node1" || node1_status=$?
+  assert_equal "${node1_status:-0}" 5
+}
+
+@test "a PyTorch DDP script on two agents gives torchrun's two-process result" {
+  script=$RKIT_ROOT/tests/peers/ddp_train.py
+  port=$(free_port)
+  rtrain launch --nnodes 2 --node-rank 1 --master-port "$port" -- /usr/bin/python3 "$script" >node1.out 2>&1 &
+  node1=$!
+  run -0 rtrain launch --nnodes 2 --node-rank 0 --master-port "$port" -- /usr/bin/python3 "$script"
+  wait "$node1"
+  ours=$(sed -n 's/^\[0\]: //p' <<<"$output" | grep '^{')
+  run -0 torchrun --standalone --nproc_per_node 2 --redirects 0:1,1:1 --tee 0:1,1:1 "$script"
+  assert_equal "$ours" "$(sed -n 's/^\[default0\]://p' <<<"$output" | grep '^{')"
+}
+
+@test "bad multi-node input: a node rank out of range, --master-port 0, nobody to join" {
+  run --separate-stderr rtrain launch --nnodes 2 --node-rank 2 -- true
+  assert_equal "$status" 64
+  run --separate-stderr rtrain launch --nnodes 2 --master-port 0 -- true
+  assert_equal "$status" 64
+  assert_one_line_stderr
+}
+
+@test "two agents: SIGTERM to node 1's agent ends the run on both nodes (143), no orphans" {
+  port=$(free_port)
+  rtrain launch --nnodes 2 --node-rank 1 --master-port "$port" --max-restarts 3 -- sh -c 'echo $$ >> pids; sleep 60' >node1.out 2>&1 &
+  node1=$!
+  rtrain launch --nnodes 2 --node-rank 0 --master-port "$port" --max-restarts 3 -- sh -c 'echo $$ >> pids; sleep 60' >node0.out 2>&1 &
+  node0=$!
+  for _ in $(seq 50); do [[ $(wc -l <pids 2>/dev/null) == 2 ]] && break; sleep 0.1; done
+  kill -TERM "$node1"
+  wait "$node0" || node0_status=$?
+  wait "$node1" || node1_status=$?
+  assert_equal "${node0_status:-0}" 143
+  assert_equal "${node1_status:-0}" 143
+  while read -r pid; do ! kill -0 "$pid" 2>/dev/null; done <pids
+  [[ $(wc -l <pids) == 2 ]]  # not restarted
+}
+
+@test "two agents: node 0's run id reaches every node's workers" {
+  port=$(free_port)
+  rtrain launch --nnodes 2 --node-rank 1 --master-port "$port" -- sh -c 'echo "$TORCHELASTIC_RUN_ID"' >node1.out 2>&1 &
+  node1=$!
+  run -0 rtrain launch --nnodes 2 --node-rank 0 --master-port "$port" --run-id shared7 -- sh -c 'echo "$TORCHELASTIC_RUN_ID"'
+  wait "$node1"
+  assert_line "[0]: shared7"
+  grep -qx '\[1\]: shared7' node1.out
+}

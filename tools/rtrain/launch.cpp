@@ -18,7 +18,11 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <random>
+#include <set>
+#include <sstream>
+#include <cstring>
 
 #include "rkit/error.hpp"
 #include "rkit/jsonl.hpp"
@@ -109,16 +113,215 @@ bool pump(int fd, Worker& w, bool err) {
 
 int code_of(const ExitStatus& s) { return s.shell_code(); }
 
-}  // namespace
 
-std::vector<std::pair<std::string, std::string>> worker_env(const LaunchOptions& o, int rank, int restart_count,
-                                                            const std::string& run_id, int master_port,
+// A generation of this node's workers: started together, watched (output, exits,
+// heartbeats), stopped together (SIGTERM, then SIGKILL after the grace).
+class Group {
+ public:
+  Group(const LaunchOptions& o, const Layout& layout, int generation, const std::string& run_id,
+        const std::string& hb_dir, SignalForwarder& forward, Events& events)
+      : o_(o), generation_(generation), forward_(forward), events_(events), workers_(static_cast<std::size_t>(o.nproc)) {
+    for (int local = 0; local < o.nproc; ++local) {
+      Worker& w = workers_[static_cast<std::size_t>(local)];
+      w.rank = layout.offset + local;
+      w.heartbeat = fmt::format("{}/heartbeat.{}", hb_dir, w.rank);
+      std::ofstream(w.heartbeat).flush();  // touched now: the timeout counts from the start
+      if (!o.log_dir.empty()) {
+        w.out_log.open(fmt::format("{}/attempt-{}.rank-{}.out", o.log_dir, generation, w.rank));
+        w.err_log.open(fmt::format("{}/attempt-{}.rank-{}.err", o.log_dir, generation, w.rank));
+      }
+      SpawnOptions s;
+      s.argv = o.command;
+      s.env = worker_env(o, local, layout, generation, run_id, w.heartbeat);
+      s.out = Redirect::pipe();
+      s.err = Redirect::pipe();
+      w.child = forward.spawn(s);
+      w.started = now_s();
+      for (int fd : {w.child->stdout_fd(), w.child->stderr_fd()}) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+    }
+    events_.emit("start", {{"generation", generation}, {"node_rank", layout.node_rank}, {"workers", o.nproc},
+                           {"world_size", layout.world}, {"master_port", layout.master_port}, {"run_id", run_id}});
+  }
+
+  bool running() const {
+    return std::any_of(workers_.begin(), workers_.end(), [](const Worker& w) { return !w.status; });
+  }
+  const std::optional<std::string>& failure() const { return why_; }
+  // The exit code of the first failure (128 + signal; 143 for a hung worker stopped).
+  int failed_code() const { return failed_ && failed_->status ? code_of(*failed_->status) : 1; }
+  const Worker* failed_worker() const { return failed_; }
+
+  // Reads output, reaps, checks heartbeats, escalates a stop; waits up to timeout_ms, also
+  // for `extra` (whose revents it fills).
+  void step(std::vector<pollfd>& extra, int timeout_ms) {
+    std::vector<pollfd> fds = extra;
+    std::vector<std::pair<Worker*, bool>> owners;
+    for (auto& w : workers_)
+      for (bool err : {false, true})
+        if (const int fd = err ? w.child->stderr_fd() : w.child->stdout_fd(); fd >= 0) {
+          fds.push_back({fd, POLLIN, 0});
+          owners.emplace_back(&w, err);
+        }
+    ::poll(fds.data(), fds.size(), timeout_ms);
+    for (std::size_t i = 0; i < extra.size(); ++i) extra[i].revents = fds[i].revents;
+    for (std::size_t i = 0; i < owners.size(); ++i) {
+      const pollfd& p = fds[extra.size() + i];
+      auto& [w, err] = owners[i];
+      if (p.revents && !pump(p.fd, *w, err)) ::close(err ? w->child->take_stderr_fd() : w->child->take_stdout_fd());
+    }
+    const double now = now_s();
+    for (auto& w : workers_) {
+      if (w.status) continue;
+      if (auto st = w.child->try_wait()) {
+        w.status = st;
+        w.ended = now;
+        events_.emit("worker_exit", {{"generation", generation_}, {"rank", w.rank}, {"exit_code", code_of(*st)},
+                                     {"uptime_s", now - w.started}});
+        // A worker that ends after the stop was asked for (or a signal to us, which reached
+        // its group too) was stopped, not failed.
+        if (!st->success() && stop_time_ == 0 && !forward_.last_signal())
+          fail(w, fmt::format("rank {} {} after {:.1f}s", w.rank, st->describe(), now - w.started));
+      } else if (o_.heartbeat_timeout_s > 0 && !why_) {
+        struct stat sb{};
+        if (::stat(w.heartbeat.c_str(), &sb) == 0 &&
+            now - static_cast<double>(sb.st_mtim.tv_sec) - sb.st_mtim.tv_nsec / 1e9 > o_.heartbeat_timeout_s) {
+          events_.emit("hang_detected", {{"generation", generation_}, {"rank", w.rank}});
+          fail(w, fmt::format("rank {} hung: no heartbeat for {:.0f}s", w.rank, o_.heartbeat_timeout_s));
+        }
+      }
+    }
+    if ((why_ || forward_.last_signal()) && stop_time_ == 0) stop();
+    if (stop_time_ > 0 && now - stop_time_ > o_.kill_grace_s)
+      for (auto& w : workers_)
+        if (!w.status) w.child->signal(SIGKILL);
+  }
+
+  void stop() {
+    if (stop_time_ > 0) return;
+    stop_time_ = now_s();
+    for (auto& w : workers_)
+      if (!w.status) w.child->signal(SIGTERM);
+  }
+
+  // As srun: the highest exit code of the workers that ended on their own (not those the
+  // stop ended), and of the hung one.
+  int exit_code() const {
+    int code = 0;
+    for (const auto& w : workers_)
+      if (w.status && (stop_time_ == 0 || w.ended <= stop_time_ || &w == failed_)) code = std::max(code, code_of(*w.status));
+    return code;
+  }
+
+  // What the workers wrote last (the pipes may hold it after they exit; a process they
+  // left behind may keep a pipe open, so only what is there now); then they are no
+  // longer signalled.
+  void finish() {
+    for (auto& w : workers_) {
+      for (bool err : {false, true}) {
+        const int fd = err ? w.child->stderr_fd() : w.child->stdout_fd();
+        if (fd >= 0)
+          while (pump(fd, w, err) && ::poll(std::vector<pollfd>{{fd, POLLIN, 0}}.data(), 1, 0) > 0) {
+          }
+        std::string& rest = err ? w.err_buf : w.out_buf;  // a last line without its newline
+        if (!rest.empty()) (err ? std::cerr : std::cout) << fmt::format("[{}]: {}\n", w.rank, rest);
+      }
+      forward_.remove(*w.child);
+    }
+  }
+
+ private:
+  void fail(Worker& w, std::string why) {
+    if (why_) return;
+    why_ = std::move(why);
+    failed_ = &w;
+  }
+
+  const LaunchOptions& o_;
+  int generation_;
+  SignalForwarder& forward_;
+  Events& events_;
+  std::vector<Worker> workers_;
+  std::optional<std::string> why_;
+  Worker* failed_ = nullptr;
+  double stop_time_ = 0;
+};
+
+// One line-based TCP connection between two agents.
+class Peer {
+ public:
+  explicit Peer(int fd) : fd_(fd) {}
+  Peer(Peer&& o) noexcept : fd_(std::exchange(o.fd_, -1)), buf_(std::move(o.buf_)) {}
+  ~Peer() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  int fd() const { return fd_; }
+  // False when the peer is gone.
+  bool try_send(const std::string& line) const {
+    const std::string msg = line + "\n";
+    return ::send(fd_, msg.data(), msg.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(msg.size());
+  }
+  void send(const std::string& line) const {
+    if (!try_send(line)) throw Error(Exit::Unavailable, "rendezvous: lost a peer agent", "the agent of another node died");
+  }
+  // Reads what arrived (without waiting); false at end of file or on an error.
+  bool fill() {
+    char buf[4096];
+    const ssize_t n = ::recv(fd_, buf, sizeof buf, MSG_DONTWAIT);
+    if (n > 0) buf_.append(buf, static_cast<std::size_t>(n));
+    return n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK));
+  }
+  // The next complete line received, if any.
+  std::optional<std::string> take_line() {
+    const auto nl = buf_.find('\n');
+    if (nl == std::string::npos) return std::nullopt;
+    std::string l = buf_.substr(0, nl);
+    buf_.erase(0, nl + 1);
+    return l;
+  }
+  // Blocks until a line comes (nullopt: the peer is gone, or `timeout_s` passed).
+  std::optional<std::string> wait_line(double timeout_s = -1) {
+    const double deadline = now_s() + timeout_s;
+    for (;;) {
+      if (auto l = take_line()) return l;
+      pollfd p{fd_, POLLIN, 0};
+      const double left = deadline - now_s();
+      if (timeout_s >= 0 && left <= 0) return std::nullopt;
+      ::poll(&p, 1, timeout_s < 0 ? -1 : static_cast<int>(left * 1000) + 1);
+      if (!fill()) return std::nullopt;
+    }
+  }
+
+ private:
+  int fd_;
+  std::string buf_;
+};
+
+std::vector<std::string> words(const std::string& line) {
+  std::vector<std::string> out;
+  std::istringstream in(line);
+  for (std::string w; in >> w;) out.push_back(w);
+  return out;
+}
+
+sockaddr_in address(const std::string& addr, int port) {
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<std::uint16_t>(port));
+  if (::inet_pton(AF_INET, addr.c_str(), &sa.sin_addr) != 1)
+    throw Error(Exit::Usage, fmt::format("--master-addr {}: not an IPv4 address", addr));
+  return sa;
+}
+
+}  // namespace
+std::vector<std::pair<std::string, std::string>> worker_env(const LaunchOptions& o, int local_rank, const Layout& l,
+                                                            int restart_count, const std::string& run_id,
                                                             const std::string& heartbeat_file) {
-  const std::string n = std::to_string(o.nproc), r = std::to_string(rank);
+  const std::string rank = std::to_string(l.offset + local_rank), world = std::to_string(l.world);
   std::vector<std::pair<std::string, std::string>> env = {
-      {"RANK", r}, {"LOCAL_RANK", r}, {"GROUP_RANK", "0"}, {"ROLE_RANK", r}, {"ROLE_NAME", "default"},
-      {"LOCAL_WORLD_SIZE", n}, {"WORLD_SIZE", n}, {"GROUP_WORLD_SIZE", "1"}, {"ROLE_WORLD_SIZE", n},
-      {"MASTER_ADDR", o.master_addr}, {"MASTER_PORT", std::to_string(master_port)},
+      {"RANK", rank}, {"LOCAL_RANK", std::to_string(local_rank)}, {"GROUP_RANK", std::to_string(l.node_rank)},
+      {"ROLE_RANK", rank}, {"ROLE_NAME", "default"}, {"LOCAL_WORLD_SIZE", std::to_string(o.nproc)},
+      {"WORLD_SIZE", world}, {"GROUP_WORLD_SIZE", std::to_string(o.nnodes)}, {"ROLE_WORLD_SIZE", world},
+      {"MASTER_ADDR", o.master_addr}, {"MASTER_PORT", std::to_string(l.master_port)},
       {"TORCHELASTIC_RESTART_COUNT", std::to_string(restart_count)},
       {"TORCHELASTIC_MAX_RESTARTS", std::to_string(o.max_restarts)}, {"TORCHELASTIC_RUN_ID", run_id},
       {"RKIT_HEARTBEAT_FILE", heartbeat_file}};
@@ -126,12 +329,214 @@ std::vector<std::pair<std::string, std::string>> worker_env(const LaunchOptions&
   return env;
 }
 
+namespace {
+
+// What every agent keeps for the run.
+struct Run {
+  const LaunchOptions& o;
+  std::string run_id, hb_dir;
+  Events events;
+  SignalForwarder forward;  // SIGINT/SIGTERM/SIGHUP to us reach every worker's group
+};
+
+// Prints the root cause of a failed generation on stderr.
+void report(const Group& g, int generation) {
+  std::cerr << fmt::format("rtrain: worker failed (generation {}): {}\n", generation, *g.failure());
+  if (const Worker* w = g.failed_worker())
+    for (const auto& line : w->err_tail) std::cerr << fmt::format("rtrain:   [{}]: {}\n", w->rank, line);
+}
+
+bool restartable(const LaunchOptions& o, int generation, int code) {
+  return generation < o.max_restarts &&
+         (o.restart_on.empty() || std::find(o.restart_on.begin(), o.restart_on.end(), code) != o.restart_on.end());
+}
+
+// The agent of node 0 (or of the only node): hosts the rendezvous, where the other nodes'
+// agents join; decides each generation's layout and port, and when the run restarts or ends.
+int lead(Run& run) {
+  const LaunchOptions& o = run.o;
+  std::vector<std::pair<int, Peer>> nodes;  // node rank → its agent
+  std::map<int, int> nproc_of{{0, o.nproc}};
+  if (o.nnodes > 1) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    const int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_in sa = address(o.master_addr, o.master_port);
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 || ::listen(fd, o.nnodes) != 0) {
+      const int e = errno;
+      ::close(fd);
+      throw Error(Exit::Unavailable, fmt::format("rendezvous: listen on {}:{}: {}", o.master_addr, o.master_port,
+                                                 std::strerror(e)));
+    }
+    Peer listener(fd);
+    while (static_cast<int>(nodes.size()) < o.nnodes - 1) {
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, static_cast<int>(o.join_timeout_s * 1000)) <= 0)
+        throw Error(Exit::Unavailable, fmt::format("rendezvous: {} of {} nodes joined within {:.0f}s", nodes.size() + 1,
+                                                   o.nnodes, o.join_timeout_s));
+      Peer peer(::accept4(fd, nullptr, nullptr, SOCK_CLOEXEC));
+      const auto join = words(peer.wait_line(10).value_or(""));
+      int node = -1, nproc = 0;
+      try {
+        if (join.size() == 3 && join[0] == "join") node = std::stoi(join[1]), nproc = std::stoi(join[2]);
+      } catch (const std::exception&) {
+      }
+      if (node < 1 || node >= o.nnodes || nproc < 1 || nproc_of.count(node)) continue;  // not a node this run has
+      nproc_of[node] = nproc;
+      nodes.emplace_back(node, std::move(peer));
+    }
+  }
+  const auto broadcast = [&](const std::string& line) {  // to the agents still there
+    for (auto& [_, peer] : nodes) peer.try_send(line);
+  };
+  for (int generation = 0;; ++generation) {
+    Layout l;
+    l.nnodes = o.nnodes;
+    for (const auto& [_, n] : nproc_of) l.world += n;
+    // Workers meet at a port the agents' rendezvous does not hold: a fresh one per
+    // generation across nodes (no TIME_WAIT), --master-port itself on one node.
+    l.master_port = o.nnodes > 1 || o.master_port == 0 ? free_port(o.master_addr) : o.master_port;
+    for (auto& [node, peer] : nodes) {
+      int offset = 0;
+      for (const auto& [r, n] : nproc_of) offset += r < node ? n : 0;
+      peer.send(fmt::format("gen {} {} {} {} {}", generation, l.master_port, l.world, offset, run.run_id));
+    }
+    Group g(o, l, generation, run.run_id, run.hb_dir, run.forward, run.events);
+    std::set<int> done, stopped;  // nodes whose workers ended well, or ended after a stop
+    std::optional<std::string> remote_failure;
+    int remote_code = 0;
+    bool stopping = false, abort = false;
+    for (;;) {
+      std::vector<pollfd> extra;
+      for (auto& [_, peer] : nodes) extra.push_back({peer.fd(), POLLIN, 0});
+      g.step(extra, 50);
+      for (std::size_t i = 0; i < nodes.size(); ++i) {
+        auto& [node, peer] = nodes[i];
+        if (!extra[i].revents) continue;
+        const bool alive = peer.fill();
+        while (auto line = peer.take_line()) {
+          const auto w = words(*line);
+          if (w.size() >= 2 && std::stoi(w[1]) != generation) continue;  // late news of an earlier generation
+          if (w[0] == "done") done.insert(node);
+          else if (w[0] == "stopped") stopped.insert(node);
+          else if ((w[0] == "fail" || w[0] == "abort") && !remote_failure && w.size() >= 3) {
+            remote_code = std::stoi(w[2]);
+            remote_failure = line->substr(line->find(w[2]) + w[2].size() + 1);
+            abort = w[0] == "abort";  // that agent was stopped by a signal: no restart
+          }
+        }
+        if (!alive && !stopped.count(node)) {
+          if (!remote_failure) remote_failure = fmt::format("the agent of node {} is gone", node), remote_code = 1;
+          stopped.insert(node);
+        }
+      }
+      const bool failed = g.failure() || remote_failure || run.forward.last_signal();
+      if (failed && !stopping) {
+        stopping = true;
+        g.stop();
+        broadcast(fmt::format("stop {}", generation));
+      }
+      const std::size_t peers = nodes.size();
+      if (!g.running() && (stopping ? stopped.size() == peers : done.size() == peers)) break;
+    }
+    g.finish();
+    if (!g.failure() && !remote_failure && !run.forward.last_signal()) {
+      run.events.emit("done", {{"generation", generation}, {"exit_code", 0}});
+      broadcast("exit 0");
+      return 0;
+    }
+    if (const int sig = run.forward.last_signal()) {
+      run.events.emit("done", {{"generation", generation}, {"signal", signal_name(sig)}});
+      broadcast(fmt::format("exit {}", 128 + sig));
+      return 128 + sig;
+    }
+    const std::string why = g.failure() ? *g.failure() : *remote_failure;
+    if (g.failure()) report(g, generation);
+    else std::cerr << fmt::format("rtrain: worker failed (generation {}): {}\n", generation, why);
+    const int first_code = g.failure() ? g.failed_code() : remote_code;
+    if (abort || !restartable(o, generation, first_code)) {
+      const int code = std::max({g.exit_code(), remote_code, 1});
+      run.events.emit("done", {{"generation", generation}, {"exit_code", code}, {"root_cause", why}});
+      broadcast(fmt::format("exit {}", code));
+      return code;
+    }
+    run.events.emit("restart", {{"generation", generation + 1}, {"root_cause", why}});
+  }
+}
+
+// The agent of another node: joins node 0's rendezvous and runs the generations it is told.
+int follow(Run& run) {
+  const LaunchOptions& o = run.o;
+  const auto deadline = now_s() + o.join_timeout_s;
+  int fd = -1;
+  for (;;) {  // node 0's agent may not listen yet
+    fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in sa = address(o.master_addr, o.master_port);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0) break;
+    ::close(fd);
+    if (now_s() > deadline)
+      throw Error(Exit::Unavailable, fmt::format("rendezvous: no agent of node 0 at {}:{} within {:.0f}s", o.master_addr,
+                                                 o.master_port, o.join_timeout_s));
+    ::usleep(100000);
+  }
+  Peer lead(fd);
+  lead.send(fmt::format("join {} {}", o.node_rank, o.nproc));
+  for (;;) {
+    const auto line = lead.wait_line();
+    if (!line) throw Error(Exit::Unavailable, "rendezvous: the agent of node 0 is gone");
+    const auto w = words(*line);
+    if (w.size() == 2 && w[0] == "exit") return std::stoi(w[1]);
+    if (w.size() != 6 || w[0] != "gen") continue;
+    const int generation = std::stoi(w[1]);
+    run.run_id = w[5];  // node 0's: one TORCHELASTIC_RUN_ID for the whole run
+    Layout l{o.node_rank, o.nnodes, std::stoi(w[3]), std::stoi(w[4]), std::stoi(w[2])};
+    Group g(o, l, generation, run.run_id, run.hb_dir, run.forward, run.events);
+    bool told_to_stop = false, reported = false;
+    while (g.running()) {
+      std::vector<pollfd> extra{{lead.fd(), POLLIN, 0}};
+      g.step(extra, 50);
+      if (extra[0].revents) {
+        if (!lead.fill()) g.stop();  // node 0's agent died: end our workers, then say so
+        while (auto l2 = lead.take_line())
+          if (words(*l2) == std::vector<std::string>{"stop", std::to_string(generation)}) told_to_stop = true, g.stop();
+      }
+      // A signal first: its workers' deaths are not failures of theirs.
+      if (const int sig = run.forward.last_signal(); sig && !reported) {
+        reported = true;  // the whole run ends, as it would had node 0's agent got the signal
+        lead.send(fmt::format("abort {} {} the agent of node {} got {}", generation, 128 + sig, o.node_rank,
+                              signal_name(sig)));
+      }
+      if (g.failure() && !reported) {
+        reported = true;
+        lead.send(fmt::format("fail {} {} {}", generation, g.failed_code(), *g.failure()));
+      }
+    }
+    g.finish();
+    if (g.failure()) report(g, generation);
+    // Node 0 waits for "stopped" after it said stop, for "done" otherwise.
+    if (!told_to_stop && !reported) lead.send(fmt::format("done {}", generation));
+    while (!told_to_stop) {
+      const auto next = lead.wait_line();
+      if (!next) throw Error(Exit::Unavailable, "rendezvous: the agent of node 0 is gone");
+      const auto nw = words(*next);
+      if (nw.size() == 2 && nw[0] == "exit") return std::stoi(nw[1]);
+      if (nw == std::vector<std::string>{"stop", std::to_string(generation)}) told_to_stop = true;
+    }
+    lead.send(fmt::format("stopped {}", generation));
+  }
+}
+
+}  // namespace
+
 int launch(const LaunchOptions& o) {
   if (o.command.empty()) throw Error(Exit::Usage, "nothing to run: rtrain launch [options] -- COMMAND");
+  if (o.node_rank < 0 || o.node_rank >= o.nnodes)
+    throw Error(Exit::Usage, fmt::format("--node-rank {}: must be 0 to {} for --nnodes {}", o.node_rank, o.nnodes - 1, o.nnodes));
+  if (o.nnodes > 1 && o.master_port == 0)
+    throw Error(Exit::Usage, "--master-port 0 works on one node only: the other nodes' agents must know node 0's port");
   const std::string run_id = o.run_id.empty() ? fmt::format("{:08x}", std::random_device{}()) : o.run_id;
-  const int port = o.master_port == 0 ? free_port(o.master_addr) : o.master_port;
   const std::string hb_dir =
-      o.log_dir.empty() ? fmt::format("{}/rtrain-{}", std::filesystem::temp_directory_path().string(), run_id)
+      o.log_dir.empty() ? fmt::format("{}/rtrain-{}-{}", std::filesystem::temp_directory_path().string(), run_id, o.node_rank)
                         : o.log_dir;
   std::error_code ec;
   std::filesystem::create_directories(hb_dir, ec);
@@ -144,123 +549,8 @@ int launch(const LaunchOptions& o) {
       if (!dir.empty()) std::filesystem::remove_all(dir, ignored);
     }
   } cleanup{o.log_dir.empty() ? hb_dir : std::string()};
-  Events events(o.events_path);
-  SignalForwarder forward;  // SIGINT/SIGTERM/SIGHUP to us reach every worker's group
-
-  for (int generation = 0;; ++generation) {
-    std::vector<Worker> workers(static_cast<std::size_t>(o.nproc));
-    for (int rank = 0; rank < o.nproc; ++rank) {
-      Worker& w = workers[static_cast<std::size_t>(rank)];
-      w.rank = rank;
-      w.heartbeat = fmt::format("{}/heartbeat.{}", hb_dir, rank);
-      std::ofstream(w.heartbeat).flush();  // touched now: the timeout counts from the start
-      if (!o.log_dir.empty()) {
-        w.out_log.open(fmt::format("{}/attempt-{}.rank-{}.out", o.log_dir, generation, rank));
-        w.err_log.open(fmt::format("{}/attempt-{}.rank-{}.err", o.log_dir, generation, rank));
-      }
-      SpawnOptions s;
-      s.argv = o.command;
-      s.env = worker_env(o, rank, generation, run_id, port, w.heartbeat);
-      s.out = Redirect::pipe();
-      s.err = Redirect::pipe();
-      w.child = forward.spawn(s);
-      w.started = now_s();
-      for (int fd : {w.child->stdout_fd(), w.child->stderr_fd()}) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
-    }
-    events.emit("start", {{"generation", generation}, {"workers", o.nproc}, {"master_port", port}, {"run_id", run_id}});
-
-    // Watch until every worker has ended, or one failed (then the others are stopped).
-    std::optional<int> failed;  // the first failing rank
-    std::string why;
-    auto running = [&] {
-      return std::any_of(workers.begin(), workers.end(), [](const Worker& w) { return !w.status; });
-    };
-    double stop_time = 0;  // when the group was told to stop
-    while (running()) {
-      std::vector<pollfd> fds;
-      std::vector<std::pair<Worker*, bool>> owners;
-      for (auto& w : workers)
-        for (bool err : {false, true}) {
-          const int fd = err ? w.child->stderr_fd() : w.child->stdout_fd();
-          if (fd >= 0) {
-            fds.push_back({fd, POLLIN, 0});
-            owners.emplace_back(&w, err);
-          }
-        }
-      ::poll(fds.data(), fds.size(), 50);
-      for (std::size_t i = 0; i < fds.size(); ++i)
-        if (fds[i].revents && !pump(fds[i].fd, *owners[i].first, owners[i].second)) {
-          if (owners[i].second) ::close(owners[i].first->child->take_stderr_fd());
-          else ::close(owners[i].first->child->take_stdout_fd());
-        }
-      const double now = now_s();
-      for (auto& w : workers) {
-        if (w.status) continue;
-        if (auto st = w.child->try_wait()) {
-          w.status = st;
-          w.ended = now;
-          events.emit("worker_exit", {{"generation", generation}, {"rank", w.rank}, {"exit_code", code_of(*st)},
-                                      {"uptime_s", now - w.started}});
-          if (!st->success() && !failed) {
-            failed = w.rank;
-            why = fmt::format("rank {} {} after {:.1f}s", w.rank, st->describe(), now - w.started);
-          }
-        } else if (o.heartbeat_timeout_s > 0 && !failed) {
-          struct stat sb{};
-          if (::stat(w.heartbeat.c_str(), &sb) == 0 &&
-              now - static_cast<double>(sb.st_mtim.tv_sec) - sb.st_mtim.tv_nsec / 1e9 > o.heartbeat_timeout_s) {
-            failed = w.rank;
-            why = fmt::format("rank {} hung: no heartbeat for {:.0f}s", w.rank, o.heartbeat_timeout_s);
-            events.emit("hang_detected", {{"generation", generation}, {"rank", w.rank}});
-          }
-        }
-      }
-      if ((failed || forward.last_signal()) && stop_time == 0) {
-        stop_time = now;  // the group ends together: SIGTERM now, SIGKILL after the grace
-        for (auto& w : workers)
-          if (!w.status) w.child->signal(SIGTERM);
-      }
-      if (stop_time > 0 && now - stop_time > o.kill_grace_s)
-        for (auto& w : workers)
-          if (!w.status) w.child->signal(SIGKILL);
-    }
-    // What the workers wrote last (the pipes may hold it after they exit; a process they
-    // left behind may keep a pipe open, so only what is there now).
-    for (auto& w : workers)
-      for (bool err : {false, true}) {
-        const int fd = err ? w.child->stderr_fd() : w.child->stdout_fd();
-        if (fd >= 0)
-          while (pump(fd, w, err) && ::poll(std::vector<pollfd>{{fd, POLLIN, 0}}.data(), 1, 0) > 0) {
-          }
-        std::string& rest = err ? w.err_buf : w.out_buf;  // a last line without its newline
-        if (!rest.empty()) (err ? std::cerr : std::cout) << fmt::format("[{}]: {}\n", w.rank, rest);
-      }
-    for (auto& w : workers) forward.remove(*w.child);  // ended: no longer signalled
-    if (!failed && !forward.last_signal()) {
-      events.emit("done", {{"generation", generation}, {"exit_code", 0}});
-      return 0;
-    }
-    // As srun: the highest exit code, of the workers that ended on their own (not the
-    // ones this stop ended), and of the hung one.
-    int code = 0;
-    for (const auto& w : workers)
-      if (w.status && (w.ended <= stop_time || (failed && w.rank == *failed))) code = std::max(code, code_of(*w.status));
-    if (forward.last_signal()) {
-      events.emit("done", {{"generation", generation}, {"signal", signal_name(forward.last_signal())}});
-      return 128 + forward.last_signal();
-    }
-    const Worker& first = workers[static_cast<std::size_t>(*failed)];
-    std::cerr << fmt::format("rtrain: worker failed (generation {}): {}\n", generation, why);
-    for (const auto& line : first.err_tail) std::cerr << fmt::format("rtrain:   [{}]: {}\n", first.rank, line);
-    const int first_code = first.status ? code_of(*first.status) : 0;
-    const bool qualifies =
-        o.restart_on.empty() || std::find(o.restart_on.begin(), o.restart_on.end(), first_code) != o.restart_on.end();
-    if (generation >= o.max_restarts || !qualifies) {
-      events.emit("done", {{"generation", generation}, {"exit_code", code}, {"root_cause", why}});
-      return code == 0 ? 1 : code;
-    }
-    events.emit("restart", {{"generation", generation + 1}, {"root_cause", why}});
-  }
+  Run run{o, run_id, hb_dir, Events(o.events_path), {}};
+  return o.node_rank == 0 ? lead(run) : follow(run);
 }
 
 }  // namespace rkit::rtrain

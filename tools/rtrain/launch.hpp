@@ -3,7 +3,9 @@
 // rtrain launch on one node: starts `nproc` workers of a training command with the
 // environment torchrun gives them, prefixes their output with the rank, keeps one log
 // per rank and attempt, watches exits and heartbeats, and restarts the whole group when a
-// worker fails, while restarts remain. (Multi-node rendezvous is still to come.)
+// worker fails, while restarts remain. On several nodes, one agent per node: node 0's
+// hosts a rendezvous (TCP, --master-port) where the others join; it decides each
+// generation's ranks and port and when the run restarts or ends, for all nodes at once.
 //
 //   LaunchOptions o;
 //   o.nproc = 2;
@@ -19,13 +21,17 @@ namespace rkit::rtrain {
 
 struct LaunchOptions {
   int nproc = 1;
+  int nnodes = 1;                    // agents, one per node; node 0's hosts the rendezvous
+  int node_rank = 0;
+  double join_timeout_s = 300;       // how long agents wait for each other
   int max_restarts = 0;
   std::vector<int> restart_on;       // exit codes that restart (128 + N for signal N); empty: any failure
   double min_uptime_s = 0;           // a failure sooner than this after start is a crash at start
   double heartbeat_timeout_s = 0;    // 0: no heartbeat watch
   double kill_grace_s = 10;          // SIGTERM, then SIGKILL after this
   std::string master_addr = "127.0.0.1";
-  int master_port = 29500;           // 0: a free port
+  int master_port = 29500;           // one node: the workers' MASTER_PORT (0: a free one);
+                                     // several: node 0's rendezvous (workers get a free port)
   std::string log_dir;               // "" : no log files
   std::string events_path;           // rkit.train.event.v1 records ("" : none; "-" : stdout)
   std::string run_id;                // "" : made up
@@ -36,9 +42,17 @@ struct LaunchOptions {
 // else the failing generation's highest exit code (128 + signal for a signal).
 int launch(const LaunchOptions& options);
 
-// The environment of worker `rank` of generation `restart_count` (torchrun's names).
-std::vector<std::pair<std::string, std::string>> worker_env(const LaunchOptions& options, int rank,
-                                                            int restart_count, const std::string& run_id,
-                                                            int master_port, const std::string& heartbeat_file);
+// Where this node's workers sit in a generation.
+struct Layout {
+  int node_rank = 0, nnodes = 1;
+  int world = 0;        // workers of all nodes
+  int offset = 0;       // the global rank of this node's first worker
+  int master_port = 0;  // the workers' MASTER_PORT
+};
+
+// The environment of local worker `local_rank` of generation `restart_count` (torchrun's names).
+std::vector<std::pair<std::string, std::string>> worker_env(const LaunchOptions& options, int local_rank,
+                                                            const Layout& layout, int restart_count,
+                                                            const std::string& run_id, const std::string& heartbeat_file);
 
 }  // namespace rkit::rtrain

@@ -9,8 +9,11 @@ int main(int argc, char** argv) {
   auto* launch_cmd = tool.add_subcommand("launch", "Start NPROC workers of COMMAND on this node");
   LaunchOptions o;
   launch_cmd->add_option("--nproc-per-node", o.nproc, "Workers on this node, 1 to 64 (default 1)")->type_name("K")->check(CLI::Range(1, 64));
+  launch_cmd->add_option("--nnodes", o.nnodes, "Nodes, one rtrain agent each (default 1)")->type_name("N")->check(CLI::Range(1, 4096));
+  launch_cmd->add_option("--node-rank", o.node_rank, "This node's rank, 0 to N-1 (node 0 hosts the rendezvous; default 0)")
+      ->type_name("R")->check(CLI::Range(0, 4095));
   launch_cmd->add_option("--master-addr", o.master_addr, "Address of rank 0 (default 127.0.0.1)")->type_name("A");
-  launch_cmd->add_option("--master-port", o.master_port, "Port of rank 0's store (default 29500; 0: a free one)")
+  launch_cmd->add_option("--master-port", o.master_port, "One node: the workers' MASTER_PORT (default 29500; 0: a free one). Several: node 0's rendezvous")
       ->type_name("P")->check(CLI::Range(0, 65535));
   launch_cmd->add_option("--max-restarts", o.max_restarts, "Restarts of the group after failures (default 0)")
       ->type_name("M")->check(CLI::Range(0, 1000000));
