@@ -2,6 +2,7 @@
 #include "launch.hpp"
 
 #include <arpa/inet.h>
+#include <netdb.h>
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <netinet/in.h>
@@ -527,6 +528,37 @@ int follow(Run& run) {
 }
 
 }  // namespace
+
+void slurm_defaults(LaunchOptions& o, bool nnodes_given, bool node_rank_given, bool master_addr_given) {
+  const char* nnodes = std::getenv("SLURM_NNODES");
+  const char* node_id = std::getenv("SLURM_NODEID");
+  const char* nodelist = std::getenv("SLURM_JOB_NODELIST");
+  if (!nnodes || !node_id || !nodelist) return;
+  if (!nnodes_given) o.nnodes = std::max(1, std::atoi(nnodes));
+  if (!node_rank_given) o.node_rank = std::atoi(node_id);
+  if (master_addr_given) return;
+  // Node 0 is the allocation's first host: its name from Slurm's own expansion of the
+  // node list ("vm[01-04]"), then its IPv4 address, which the rendezvous needs.
+  SpawnOptions s;
+  s.argv = {"scontrol", "show", "hostnames", nodelist};
+  s.out = Redirect::pipe();
+  s.err = Redirect::pipe();
+  const RunResult r = run(s, 30);
+  const std::string host = r.out.substr(0, r.out.find('\n'));
+  if (!r.status.success() || host.empty())
+    throw Error(Exit::Unavailable, fmt::format("under Slurm: scontrol show hostnames {}: {}", nodelist,
+                                               r.err.substr(0, r.err.find('\n'))),
+                "pass --master-addr");
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  addrinfo* found = nullptr;
+  if (const int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &found); rc != 0)
+    throw Error(Exit::Unavailable, fmt::format("under Slurm: node 0 ({}): {}", host, ::gai_strerror(rc)), "pass --master-addr");
+  char text[INET_ADDRSTRLEN];
+  ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(found->ai_addr)->sin_addr, text, sizeof text);
+  ::freeaddrinfo(found);
+  o.master_addr = text;
+}
 
 int launch(const LaunchOptions& o) {
   if (o.command.empty()) throw Error(Exit::Usage, "nothing to run: rtrain launch [options] -- COMMAND");

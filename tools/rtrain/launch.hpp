@@ -50,6 +50,11 @@ struct Layout {
   int master_port = 0;  // the workers' MASTER_PORT
 };
 
+// Under Slurm (SLURM_NNODES, SLURM_NODEID and SLURM_JOB_NODELIST set, as srun sets them):
+// the node count, this node's rank and node 0's address from Slurm, where the options
+// did not give them. Error(Unavailable) when node 0's address cannot be found.
+void slurm_defaults(LaunchOptions& options, bool nnodes_given, bool node_rank_given, bool master_addr_given);
+
 // The environment of local worker `local_rank` of generation `restart_count` (torchrun's names).
 std::vector<std::pair<std::string, std::string>> worker_env(const LaunchOptions& options, int local_rank,
                                                             const Layout& layout, int restart_count,

@@ -9,10 +9,10 @@ int main(int argc, char** argv) {
   auto* launch_cmd = tool.add_subcommand("launch", "Start NPROC workers of COMMAND on this node");
   LaunchOptions o;
   launch_cmd->add_option("--nproc-per-node", o.nproc, "Workers on this node, 1 to 64 (default 1)")->type_name("K")->check(CLI::Range(1, 64));
-  launch_cmd->add_option("--nnodes", o.nnodes, "Nodes, one rtrain agent each (default 1)")->type_name("N")->check(CLI::Range(1, 4096));
-  launch_cmd->add_option("--node-rank", o.node_rank, "This node's rank, 0 to N-1 (node 0 hosts the rendezvous; default 0)")
+  auto* nnodes_opt = launch_cmd->add_option("--nnodes", o.nnodes, "Nodes, one rtrain agent each (default 1)")->type_name("N")->check(CLI::Range(1, 4096));
+  auto* node_rank_opt = launch_cmd->add_option("--node-rank", o.node_rank, "This node's rank, 0 to N-1 (node 0 hosts the rendezvous; default 0)")
       ->type_name("R")->check(CLI::Range(0, 4095));
-  launch_cmd->add_option("--master-addr", o.master_addr, "Address of rank 0 (default 127.0.0.1)")->type_name("A");
+  auto* master_addr_opt = launch_cmd->add_option("--master-addr", o.master_addr, "Address of rank 0 (default 127.0.0.1)")->type_name("A");
   launch_cmd->add_option("--master-port", o.master_port, "One node: the workers' MASTER_PORT (default 29500; 0: a free one). Several: node 0's rendezvous")
       ->type_name("P")->check(CLI::Range(0, 65535));
   launch_cmd->add_option("--max-restarts", o.max_restarts, "Restarts of the group after failures (default 0)")
@@ -28,7 +28,10 @@ int main(int argc, char** argv) {
   launch_cmd->add_option("--run-id", o.run_id, "TORCHELASTIC_RUN_ID (default: made up)")->type_name("ID");
   launch_cmd->add_option("command", o.command, "The training command, after --")->type_name("CMD");
   return tool.run(argc, argv, [&]() -> int {
-    if (*launch_cmd) return launch(o);
+    if (*launch_cmd) {
+      slurm_defaults(o, nnodes_opt->count() > 0, node_rank_opt->count() > 0, master_addr_opt->count() > 0);
+      return launch(o);
+    }
     usage_error("a subcommand is needed: rtrain launch [options] -- COMMAND");
   });
 }

@@ -1,0 +1,40 @@
+#!/usr/bin/env bats
+# rtrain launch under a real Slurm 22.05 (started here: slurm.sh, no accounting): `srun
+# rtrain launch ...` takes the node count, the node's rank and node 0's address from
+# Slurm's environment. Needs root and the packages of install-deps.sh tests.
+bats_require_minimum_version 1.5.0
+
+setup_file() {
+  if ((EUID != 0)); then skip "Slurm's daemons start as root"; fi
+  SLURM_DIR=$(mktemp -d /tmp/rkit-slurm.XXXXXX)
+  chmod 755 "$SLURM_DIR"
+  export SLURM_DIR
+  "$BATS_TEST_DIRNAME/slurm/slurm.sh" start "$SLURM_DIR" >&3 2>&1
+}
+
+teardown_file() {
+  "$BATS_TEST_DIRNAME/slurm/slurm.sh" stop "$SLURM_DIR" >&3 2>&1 || true
+  rm -rf "$SLURM_DIR"
+}
+
+setup() {
+  load ../cli/helpers
+  cd "$BATS_TEST_TMPDIR"
+  chmod 755 "$BATS_TEST_TMPDIR"
+  export SLURM_CONF=$SLURM_DIR/etc/slurm.conf
+}
+
+@test "srun rtrain launch: nodes, node rank and node 0's address come from Slurm" {
+  run -0 srun -N1 --ntasks-per-node=1 -c2 "$RKIT_BUILD_DIR/tools/rtrain/rtrain" launch --nproc-per-node 2 --master-port 0 -- \
+    sh -c 'echo "$RANK/$WORLD_SIZE node $GROUP_RANK/$GROUP_WORLD_SIZE at $MASTER_ADDR"'
+  node0=$(getent ahostsv4 "$(scontrol show hostnames "$(sinfo -h -o %N)" | head -1)" | awk 'NR == 1 {print $1}')
+  [[ -n $node0 ]]
+  assert_line "[0]: 0/2 node 0/1 at $node0"
+  assert_line "[1]: 1/2 node 0/1 at $node0"
+}
+
+@test "srun rtrain launch: an option given wins over Slurm's value" {
+  run -0 srun -N1 --ntasks-per-node=1 "$RKIT_BUILD_DIR/tools/rtrain/rtrain" launch --master-addr 127.0.0.1 --master-port 0 -- \
+    sh -c 'echo "at $MASTER_ADDR"'
+  assert_line "[0]: at 127.0.0.1"
+}
