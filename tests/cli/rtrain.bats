@@ -174,3 +174,30 @@ free_port() { /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("
   assert_line "[0]: shared7"
   grep -qx '\[1\]: shared7' node1.out
 }
+
+@test "--placement binds each worker to its CPUs (rtop place) and GPUs; a short or bad file is refused (65)" {
+  rtop place --ranks 2 --json >cpus.jsonl
+  run -0 rtrain launch --nproc-per-node 2 --placement cpus.jsonl -- sh -c 'echo "cpus $(taskset -cp $$ | sed "s/.*: //") gpus [$CUDA_VISIBLE_DEVICES]"'
+  for rank in 0 1; do
+    assert_line "[$rank]: cpus $(jq -r "select(.rank == $rank) | .cpuset" cpus.jsonl) gpus []"
+  done
+  # GPUs are indices here (no GPU on these machines): what CUDA_VISIBLE_DEVICES says.
+  jq -c '.gpus = [.rank * 2, .rank * 2 + 1]' cpus.jsonl >gpus.jsonl
+  run -0 rtrain launch --nproc-per-node 2 --placement - -- sh -c 'echo "[$CUDA_VISIBLE_DEVICES] $CUDA_DEVICE_ORDER"' <gpus.jsonl
+  assert_line "[0]: [0,1] PCI_BUS_ID"
+  assert_line "[1]: [2,3] PCI_BUS_ID"
+  head -1 cpus.jsonl >one.jsonl
+  run --separate-stderr rtrain launch --nproc-per-node 2 --placement one.jsonl -- true
+  assert_equal "$status" 65
+  [[ $stderr == *"one.jsonl: no placement for local rank 1"* ]]
+  echo '{"schema": "rkit.sample.v1"}' >bad.jsonl
+  run --separate-stderr rtrain launch --placement bad.jsonl -- true
+  assert_equal "$status" 65
+}
+
+@test "--min-uptime: generations that keep failing at start are a crash loop, ended after 3" {
+  run --separate-stderr rtrain launch --max-restarts 10 --min-uptime 30 --events events.jsonl -- sh -c 'exit 2'
+  assert_equal "$status" 2
+  [[ $(jq -s 'map(select(.event == "start")) | length' events.jsonl) == 3 ]]
+  [[ $stderr == *"3 generations in a row failed within --min-uptime 30s: a crash loop; not restarting"* ]]
+}

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -26,6 +27,7 @@
 #include <cstring>
 
 #include "rkit/error.hpp"
+#include "rkit/file.hpp"
 #include "rkit/jsonl.hpp"
 #include "rkit/process.hpp"
 
@@ -114,6 +116,15 @@ bool pump(int fd, Worker& w, bool err) {
 
 int code_of(const ExitStatus& s) { return s.shell_code(); }
 
+void bind_cpus(const Child& child, const std::vector<int>& pus) {
+  if (pus.empty()) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int pu : pus) CPU_SET(pu, &set);
+  if (::sched_setaffinity(child.pid(), sizeof set, &set) != 0 && errno != ESRCH)
+    throw system_error(fmt::format("bind worker {} to its CPUs", child.pid()), errno);
+}
+
 
 // A generation of this node's workers: started together, watched (output, exits,
 // heartbeats), stopped together (SIGTERM, then SIGKILL after the grace).
@@ -134,10 +145,19 @@ class Group {
       SpawnOptions s;
       s.argv = o.command;
       s.env = worker_env(o, local, layout, generation, run_id, w.heartbeat);
+      if (!o.placement.empty() && !o.placement[static_cast<std::size_t>(local)].gpus.empty()) {
+        std::string gpus;
+        for (int g : o.placement[static_cast<std::size_t>(local)].gpus) gpus += (gpus.empty() ? "" : ",") + std::to_string(g);
+        s.env.emplace_back("CUDA_VISIBLE_DEVICES", gpus);
+        s.env.emplace_back("CUDA_DEVICE_ORDER", "PCI_BUS_ID");  // indices as nvidia-smi and rtop count them
+      }
       s.out = Redirect::pipe();
       s.err = Redirect::pipe();
       w.child = forward.spawn(s);
       w.started = now_s();
+      // Bound right after the start, while the worker is still exec'ing (one thread):
+      // the threads it starts later inherit the mask.
+      if (!o.placement.empty()) bind_cpus(*w.child, o.placement[static_cast<std::size_t>(local)].pus);
       for (int fd : {w.child->stdout_fd(), w.child->stderr_fd()}) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
     }
     events_.emit("start", {{"generation", generation}, {"node_rank", layout.node_rank}, {"workers", o.nproc},
@@ -387,6 +407,7 @@ int lead(Run& run) {
       nodes.emplace_back(node, std::move(peer));
     }
   }
+  int crash_loop = 0;  // generations in a row that failed within --min-uptime of their start
   const auto broadcast = [&](const std::string& line) {  // to the agents still there
     for (auto& [_, peer] : nodes) peer.try_send(line);
   };
@@ -402,6 +423,7 @@ int lead(Run& run) {
       for (const auto& [r, n] : nproc_of) offset += r < node ? n : 0;
       peer.send(fmt::format("gen {} {} {} {} {}", generation, l.master_port, l.world, offset, run.run_id));
     }
+    const double started = now_s();
     Group g(o, l, generation, run.run_id, run.hb_dir, run.forward, run.events);
     std::set<int> done, stopped;  // nodes whose workers ended well, or ended after a stop
     std::optional<std::string> remote_failure;
@@ -455,7 +477,13 @@ int lead(Run& run) {
     if (g.failure()) report(g, generation);
     else std::cerr << fmt::format("rtrain: worker failed (generation {}): {}\n", generation, why);
     const int first_code = g.failure() ? g.failed_code() : remote_code;
-    if (abort || !restartable(o, generation, first_code)) {
+    // A generation that fails within --min-uptime of its start crashed at start; so many in
+    // a row are a crash loop, which restarting will not mend.
+    crash_loop = o.min_uptime_s > 0 && now_s() - started < o.min_uptime_s ? crash_loop + 1 : 0;
+    if (crash_loop >= kCrashLoopLimit)
+      std::cerr << fmt::format("rtrain: {} generations in a row failed within --min-uptime {:.0f}s: a crash loop; "
+                               "not restarting\n", crash_loop, o.min_uptime_s);
+    if (abort || crash_loop >= kCrashLoopLimit || !restartable(o, generation, first_code)) {
       const int code = std::max({g.exit_code(), remote_code, 1});
       run.events.emit("done", {{"generation", generation}, {"exit_code", code}, {"root_cause", why}});
       broadcast(fmt::format("exit {}", code));
@@ -528,6 +556,37 @@ int follow(Run& run) {
 }
 
 }  // namespace
+
+std::vector<WorkerPlacement> load_placement(const std::string& path, int nproc) {
+  const std::string source = input_name(path);
+  std::vector<std::optional<WorkerPlacement>> by_rank(static_cast<std::size_t>(nproc));
+  std::istringstream in(read_file(path, 1 << 20));
+  int line_no = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = fmt::format("{}:{}", source, line_no);
+    const Json rec = parse_json(line, where);
+    try {
+      if (rec.value("schema", "") != "rkit.placement.v1")
+        throw Error(Exit::DataErr, fmt::format("{}: not an rkit.placement.v1 record (rtop place --json)", where));
+      const int rank = rec.at("rank").get<int>();
+      if (rank < 0 || rank >= nproc) continue;  // a rank of another node's share
+      by_rank[static_cast<std::size_t>(rank)] =
+          WorkerPlacement{rec.at("pus").get<std::vector<int>>(), rec.value("gpus", std::vector<int>{})};
+    } catch (const Json::exception& e) {
+      throw Error(Exit::DataErr, fmt::format("{}: {}", where, e.what()));
+    }
+  }
+  std::vector<WorkerPlacement> out;
+  for (int rank = 0; rank < nproc; ++rank) {
+    if (!by_rank[static_cast<std::size_t>(rank)])
+      throw Error(Exit::DataErr, fmt::format("{}: no placement for local rank {} (--nproc-per-node {})", source, rank, nproc),
+                  fmt::format("rtop place --ranks {} --json", nproc));
+    out.push_back(*by_rank[static_cast<std::size_t>(rank)]);
+  }
+  return out;
+}
 
 void slurm_defaults(LaunchOptions& o, bool nnodes_given, bool node_rank_given, bool master_addr_given) {
   const char* nnodes = std::getenv("SLURM_NNODES");

@@ -19,6 +19,12 @@
 
 namespace rkit::rtrain {
 
+// Where one worker runs: its CPUs (OS PU indices, its affinity) and GPUs
+// (CUDA_VISIBLE_DEVICES), from an rkit.placement.v1 record (rtop place --json).
+struct WorkerPlacement {
+  std::vector<int> pus, gpus;
+};
+
 struct LaunchOptions {
   int nproc = 1;
   int nnodes = 1;                    // agents, one per node; node 0's hosts the rendezvous
@@ -26,7 +32,8 @@ struct LaunchOptions {
   double join_timeout_s = 300;       // how long agents wait for each other
   int max_restarts = 0;
   std::vector<int> restart_on;       // exit codes that restart (128 + N for signal N); empty: any failure
-  double min_uptime_s = 0;           // a failure sooner than this after start is a crash at start
+  double min_uptime_s = 0;           // a generation failing sooner than this after its start is a
+                                     // crash at start; kCrashLoopLimit of them in a row end the run
   double heartbeat_timeout_s = 0;    // 0: no heartbeat watch
   double kill_grace_s = 10;          // SIGTERM, then SIGKILL after this
   std::string master_addr = "127.0.0.1";
@@ -36,7 +43,16 @@ struct LaunchOptions {
   std::string events_path;           // rkit.train.event.v1 records ("" : none; "-" : stdout)
   std::string run_id;                // "" : made up
   std::vector<std::string> command;
+  std::vector<WorkerPlacement> placement;  // by local rank; empty: no binding
 };
+
+// Consecutive crashes at start (see min_uptime_s) after which the run ends, restarts left or not.
+constexpr int kCrashLoopLimit = 3;
+
+// Reads rkit.placement.v1 records ("-": stdin), one per local rank 0..nproc-1.
+// Error(DataErr) naming the file when one is missing or malformed; Error(NoInput) when
+// it cannot be read.
+std::vector<WorkerPlacement> load_placement(const std::string& path, int nproc);
 
 // Runs the workers to the end. Returns 0 when every worker of a generation exited 0,
 // else the failing generation's highest exit code (128 + signal for a signal).

@@ -23,6 +23,11 @@ int main(int argc, char** argv) {
       ->type_name("S")->check(CLI::NonNegativeNumber);
   launch_cmd->add_option("--kill-grace", o.kill_grace_s, "Seconds between SIGTERM and SIGKILL when the group stops (default 10)")
       ->type_name("S")->check(CLI::NonNegativeNumber);
+  launch_cmd->add_option("--min-uptime", o.min_uptime_s, "A generation failing sooner after its start crashed at start; 3 in a row end the run (seconds; 0: off)")
+      ->type_name("S")->check(CLI::NonNegativeNumber);
+  std::string placement;
+  launch_cmd->add_option("--placement", placement, "Bind each worker to its CPUs and GPUs: rtop place --json records (- for stdin)")
+      ->type_name("FILE");
   launch_cmd->add_option("--log-dir", o.log_dir, "One log file per rank and attempt here")->type_name("D");
   launch_cmd->add_option("--events", o.events_path, "Write rkit.train.event.v1 records here (- for stdout)")->type_name("FILE");
   launch_cmd->add_option("--run-id", o.run_id, "TORCHELASTIC_RUN_ID (default: made up)")->type_name("ID");
@@ -30,6 +35,7 @@ int main(int argc, char** argv) {
   return tool.run(argc, argv, [&]() -> int {
     if (*launch_cmd) {
       slurm_defaults(o, nnodes_opt->count() > 0, node_rank_opt->count() > 0, master_addr_opt->count() > 0);
+      if (!placement.empty()) o.placement = load_placement(placement, o.nproc);
       return launch(o);
     }
     usage_error("a subcommand is needed: rtrain launch [options] -- COMMAND");
