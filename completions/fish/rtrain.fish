@@ -19,6 +19,7 @@ complete -c rtrain -n '__fish_seen_subcommand_from launch' -l heartbeat-timeout 
 complete -c rtrain -n '__fish_seen_subcommand_from launch' -l kill-grace -x -d 'Seconds between SIGTERM and SIGKILL when the group stops (default 10)'
 complete -c rtrain -n '__fish_seen_subcommand_from launch' -l min-uptime -x -d 'A generation failing sooner after its start crashed at start; 3 in a row end the run (seconds; 0: off)'
 complete -c rtrain -n '__fish_seen_subcommand_from launch' -l placement -r -F -d 'Bind each worker to its CPUs and GPUs: rtop place --json records (- for stdin)'
+complete -c rtrain -n '__fish_seen_subcommand_from launch' -l ckpt-dir -x -d 'Checkpoint folder: RKIT_CKPT_DIR, and RKIT_RESUME_FROM its newest complete .rkpt'
 complete -c rtrain -n '__fish_seen_subcommand_from launch' -l log-dir -x -d 'One log file per rank and attempt here'
 complete -c rtrain -n '__fish_seen_subcommand_from launch' -l events -r -F -d 'Write rkit.train.event.v1 records here (- for stdout)'
 complete -c rtrain -n '__fish_seen_subcommand_from launch' -l run-id -x -d 'TORCHELASTIC_RUN_ID (default: made up)'

@@ -201,3 +201,23 @@ free_port() { /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("
   [[ $(jq -s 'map(select(.event == "start")) | length' events.jsonl) == 3 ]]
   [[ $stderr == *"3 generations in a row failed within --min-uptime 30s: a crash loop; not restarting"* ]]
 }
+
+@test "--ckpt-dir: RKIT_RESUME_FROM is the newest complete checkpoint, read again at each restart" {
+  mkdir -p state ckpt
+  echo weights >state/model.bin
+  rckpt pack state -o ckpt/step-1.rkpt
+  rckpt pack state -o full.rkpt
+  head -c 1000 full.rkpt >ckpt/step-2.rkpt  # newer, but cut short by a crash: skipped
+  touch -d '+1 min' ckpt/step-2.rkpt
+  # Generation 0 saves step-3 (complete), then dies; generation 1 resumes from it.
+  run -0 rtrain launch --ckpt-dir ckpt --max-restarts 1 -- sh -c '
+    echo "dir $RKIT_CKPT_DIR from $RKIT_RESUME_FROM"
+    if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then
+      rckpt pack state -o "$RKIT_CKPT_DIR/step-3.rkpt" && touch -d "+2 min" "$RKIT_CKPT_DIR/step-3.rkpt"; exit 1
+    fi'
+  assert_line "[0]: dir $PWD/ckpt from $PWD/ckpt/step-1.rkpt"
+  assert_line "[0]: dir $PWD/ckpt from $PWD/ckpt/step-3.rkpt"
+  # None complete: empty.
+  run -0 rtrain launch --ckpt-dir empty -- sh -c 'echo "from [$RKIT_RESUME_FROM]"'
+  assert_line "[0]: from []"
+}

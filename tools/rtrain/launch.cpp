@@ -26,6 +26,7 @@
 #include <sstream>
 #include <cstring>
 
+#include "archive.hpp"  // rckpt's: a checkpoint is complete when it opens whole
 #include "rkit/error.hpp"
 #include "rkit/file.hpp"
 #include "rkit/jsonl.hpp"
@@ -346,6 +347,10 @@ std::vector<std::pair<std::string, std::string>> worker_env(const LaunchOptions&
       {"TORCHELASTIC_RESTART_COUNT", std::to_string(restart_count)},
       {"TORCHELASTIC_MAX_RESTARTS", std::to_string(o.max_restarts)}, {"TORCHELASTIC_RUN_ID", run_id},
       {"RKIT_HEARTBEAT_FILE", heartbeat_file}};
+  if (!o.ckpt_dir.empty()) {
+    env.emplace_back("RKIT_CKPT_DIR", o.ckpt_dir);
+    env.emplace_back("RKIT_RESUME_FROM", newest_checkpoint(o.ckpt_dir));  // read each generation
+  }
   if (o.nproc > 1 && !std::getenv("OMP_NUM_THREADS")) env.emplace_back("OMP_NUM_THREADS", "1");
   return env;
 }
@@ -557,6 +562,25 @@ int follow(Run& run) {
 
 }  // namespace
 
+std::string newest_checkpoint(const std::string& dir) {
+  std::vector<std::pair<std::filesystem::file_time_type, std::string>> archives;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec))
+    if (entry.path().extension() == ".rkpt" && entry.is_regular_file(ec))
+      archives.emplace_back(entry.last_write_time(ec), entry.path().string());
+  std::sort(archives.rbegin(), archives.rend());
+  for (const auto& [_, path] : archives) {
+    try {
+      rckpt::Archive a = rckpt::Archive::open(path);  // its index and manifest: written last
+      a.open_bases();
+      return path;
+    } catch (const Error&) {
+      // being written, truncated by a crash, or missing a base: the next one
+    }
+  }
+  return {};
+}
+
 std::vector<WorkerPlacement> load_placement(const std::string& path, int nproc) {
   const std::string source = input_name(path);
   std::vector<std::optional<WorkerPlacement>> by_rank(static_cast<std::size_t>(nproc));
@@ -640,6 +664,10 @@ int launch(const LaunchOptions& o) {
       if (!dir.empty()) std::filesystem::remove_all(dir, ignored);
     }
   } cleanup{o.log_dir.empty() ? hb_dir : std::string()};
+  if (!o.ckpt_dir.empty()) {
+    std::filesystem::create_directories(o.ckpt_dir, ec);
+    if (ec) throw Error(Exit::IoErr, "create " + o.ckpt_dir + ": " + ec.message());
+  }
   Run run{o, run_id, hb_dir, Events(o.events_path), {}};
   return o.node_rank == 0 ? lead(run) : follow(run);
 }

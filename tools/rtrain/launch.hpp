@@ -40,6 +40,7 @@ struct LaunchOptions {
   int master_port = 29500;           // one node: the workers' MASTER_PORT (0: a free one);
                                      // several: node 0's rendezvous (workers get a free port)
   std::string log_dir;               // "" : no log files
+  std::string ckpt_dir;              // RKIT_CKPT_DIR ("" : none); RKIT_RESUME_FROM is its newest complete .rkpt
   std::string events_path;           // rkit.train.event.v1 records ("" : none; "-" : stdout)
   std::string run_id;                // "" : made up
   std::vector<std::string> command;
@@ -48,6 +49,10 @@ struct LaunchOptions {
 
 // Consecutive crashes at start (see min_uptime_s) after which the run ends, restarts left or not.
 constexpr int kCrashLoopLimit = 3;
+
+// The newest complete checkpoint in `dir`: the .rkpt archive with the latest modification
+// time that opens whole (not truncated, its incremental bases present); "" when none.
+std::string newest_checkpoint(const std::string& dir);
 
 // Reads rkit.placement.v1 records ("-": stdin), one per local rank 0..nproc-1.
 // Error(DataErr) naming the file when one is missing or malformed; Error(NoInput) when

@@ -1,4 +1,6 @@
 // rtrain: launch distributed training runs that survive faults.
+#include <filesystem>
+
 #include "launch.hpp"
 #include "rkit/cli.hpp"
 
@@ -28,6 +30,8 @@ int main(int argc, char** argv) {
   std::string placement;
   launch_cmd->add_option("--placement", placement, "Bind each worker to its CPUs and GPUs: rtop place --json records (- for stdin)")
       ->type_name("FILE");
+  launch_cmd->add_option("--ckpt-dir", o.ckpt_dir, "Checkpoint folder: RKIT_CKPT_DIR, and RKIT_RESUME_FROM its newest complete .rkpt")
+      ->type_name("D");
   launch_cmd->add_option("--log-dir", o.log_dir, "One log file per rank and attempt here")->type_name("D");
   launch_cmd->add_option("--events", o.events_path, "Write rkit.train.event.v1 records here (- for stdout)")->type_name("FILE");
   launch_cmd->add_option("--run-id", o.run_id, "TORCHELASTIC_RUN_ID (default: made up)")->type_name("ID");
@@ -36,6 +40,7 @@ int main(int argc, char** argv) {
     if (*launch_cmd) {
       slurm_defaults(o, nnodes_opt->count() > 0, node_rank_opt->count() > 0, master_addr_opt->count() > 0);
       if (!placement.empty()) o.placement = load_placement(placement, o.nproc);
+      if (!o.ckpt_dir.empty()) o.ckpt_dir = std::filesystem::absolute(o.ckpt_dir).string();  // the workers' cwd may differ
       return launch(o);
     }
     usage_error("a subcommand is needed: rtrain launch [options] -- COMMAND");
