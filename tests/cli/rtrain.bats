@@ -30,7 +30,7 @@ setup() {
   assert_line "[1]: done 1 gen 1"
   refute_line "[0]: done 0 gen 0"  # stopped with its group
   [[ $(jq -r -s 'map(.event) | join(",")' events.jsonl) == start,worker_exit,worker_exit,restart,start,worker_exit,worker_exit,done ]]
-  jq -e -s 'map(select(.event == "restart"))[0].root_cause | startswith("rank 1 killed by signal 9")' events.jsonl
+  jq -e -s --arg host "$(hostname)" 'map(select(.event == "restart"))[0].root_cause | startswith("rank 1 on \($host) killed by signal 9")' events.jsonl
 }
 
 @test "a worker failing at start every time: stops after --max-restarts with its exit code and its stderr" {
@@ -38,7 +38,7 @@ setup() {
     'if [ "$RANK" = 1 ]; then echo "cannot open data" >&2; exit 3; fi; sleep 5'
   assert_equal "$status" 3
   [[ $(jq -s 'map(select(.event == "start")) | length' events.jsonl) == 3 ]]
-  [[ $stderr == *"rtrain: worker failed (generation 2): rank 1 exit 3 after"* ]]
+  [[ $stderr == *"rtrain: worker failed (generation 2): rank 1 on $(hostname) exit 3 after"* ]]
   [[ $stderr == *"rtrain:   [1]: cannot open data"* ]]
 }
 
@@ -116,7 +116,7 @@ free_port() { /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("
   wait "$node1"
   assert_line "[0]: rank 0 gen 1"
   grep -qx '\[1\]: rank 1 gen 1' node1.out
-  jq -e -s 'map(select(.event == "restart"))[0].root_cause | startswith("rank 1 killed by signal 9")' events.jsonl
+  jq -e -s --arg host "$(hostname)" 'map(select(.event == "restart"))[0].root_cause | startswith("rank 1 on \($host) killed by signal 9")' events.jsonl
 }
 
 @test "two agents: a run that fails every time ends on both nodes with the failing worker's code" {

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cstdlib>
 #include <deque>
@@ -31,6 +32,7 @@
 #include "rkit/file.hpp"
 #include "rkit/jsonl.hpp"
 #include "rkit/process.hpp"
+#include "rkit/topology.hpp"
 
 namespace rkit::rtrain {
 
@@ -117,14 +119,38 @@ bool pump(int fd, Worker& w, bool err) {
 
 int code_of(const ExitStatus& s) { return s.shell_code(); }
 
-void bind_cpus(const Child& child, const std::vector<int>& pus) {
-  if (pus.empty()) return;
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  for (int pu : pus) CPU_SET(pu, &set);
-  if (::sched_setaffinity(child.pid(), sizeof set, &set) != 0 && errno != ESRCH)
-    throw system_error(fmt::format("bind worker {} to its CPUs", child.pid()), errno);
+// This node's name, for root causes ("rank 3 on gpu07 ...").
+const std::string& host() {
+  static const std::string name = [] {
+    char buf[256] = {};
+    ::gethostname(buf, sizeof buf - 1);
+    return std::string(buf);
+  }();
+  return name;
 }
+
+// Sets this thread's CPU mask to `pus` (nothing when empty) and restores it when it goes.
+class CpuMask {
+ public:
+  explicit CpuMask(const std::vector<int>& pus) {
+    if (pus.empty()) return;
+    if (::sched_getaffinity(0, sizeof saved_, &saved_) != 0) throw system_error("read this agent's CPU mask", errno);
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (int pu : pus) CPU_SET(pu, &set);
+    if (::sched_setaffinity(0, sizeof set, &set) != 0) throw system_error("bind a worker to its CPUs", errno);
+    active_ = true;
+  }
+  ~CpuMask() {
+    if (active_) ::sched_setaffinity(0, sizeof saved_, &saved_);
+  }
+  CpuMask(const CpuMask&) = delete;
+  CpuMask& operator=(const CpuMask&) = delete;
+
+ private:
+  cpu_set_t saved_{};
+  bool active_ = false;
+};
 
 
 // A generation of this node's workers: started together, watched (output, exits,
@@ -154,11 +180,13 @@ class Group {
       }
       s.out = Redirect::pipe();
       s.err = Redirect::pipe();
-      w.child = forward.spawn(s);
+      {
+        // A child inherits its parent's CPU mask: the worker is started with its own
+        // (this agent is single-threaded), so it runs bound from its first instruction.
+        const CpuMask bound(o.placement.empty() ? std::vector<int>{} : o.placement[static_cast<std::size_t>(local)].pus);
+        w.child = forward.spawn(s);
+      }
       w.started = now_s();
-      // Bound right after the start, while the worker is still exec'ing (one thread):
-      // the threads it starts later inherit the mask.
-      if (!o.placement.empty()) bind_cpus(*w.child, o.placement[static_cast<std::size_t>(local)].pus);
       for (int fd : {w.child->stdout_fd(), w.child->stderr_fd()}) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
     }
     events_.emit("start", {{"generation", generation}, {"node_rank", layout.node_rank}, {"workers", o.nproc},
@@ -202,13 +230,13 @@ class Group {
         // A worker that ends after the stop was asked for (or a signal to us, which reached
         // its group too) was stopped, not failed.
         if (!st->success() && stop_time_ == 0 && !forward_.last_signal())
-          fail(w, fmt::format("rank {} {} after {:.1f}s", w.rank, st->describe(), now - w.started));
+          fail(w, fmt::format("rank {} on {} {} after {:.1f}s", w.rank, host(), st->describe(), now - w.started));
       } else if (o_.heartbeat_timeout_s > 0 && !why_) {
         struct stat sb{};
         if (::stat(w.heartbeat.c_str(), &sb) == 0 &&
             now - static_cast<double>(sb.st_mtim.tv_sec) - sb.st_mtim.tv_nsec / 1e9 > o_.heartbeat_timeout_s) {
           events_.emit("hang_detected", {{"generation", generation_}, {"rank", w.rank}});
-          fail(w, fmt::format("rank {} hung: no heartbeat for {:.0f}s", w.rank, o_.heartbeat_timeout_s));
+          fail(w, fmt::format("rank {} on {} hung: no heartbeat for {:.0f}s", w.rank, host(), o_.heartbeat_timeout_s));
         }
       }
     }
@@ -561,6 +589,19 @@ int follow(Run& run) {
 }
 
 }  // namespace
+
+int nproc_per_node(const std::string& text) {
+  constexpr int kMax = 64;  // SignalForwarder's worker groups
+  if (text == "auto") {
+    const Topology t = probe(ProbeOptions{});
+    return std::clamp(static_cast<int>(t.gpus.empty() ? t.cores.size() : t.gpus.size()), 1, kMax);
+  }
+  int n = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+  if (ec != std::errc() || end != text.data() + text.size() || n < 1 || n > kMax)
+    throw Error(Exit::Usage, fmt::format("--nproc-per-node {}: must be 1 to {}, or auto", text, kMax));
+  return n;
+}
 
 std::string newest_checkpoint(const std::string& dir) {
   std::vector<std::pair<std::filesystem::file_time_type, std::string>> archives;

@@ -47,6 +47,10 @@ struct LaunchOptions {
   std::vector<WorkerPlacement> placement;  // by local rank; empty: no binding
 };
 
+// --nproc-per-node: a number 1 to 64, or "auto": one worker per GPU of this node, else
+// one per core (as torchrun's auto), at most 64. Error(Usage) for anything else.
+int nproc_per_node(const std::string& text);
+
 // Consecutive crashes at start (see min_uptime_s) after which the run ends, restarts left or not.
 constexpr int kCrashLoopLimit = 3;
 

@@ -10,7 +10,9 @@ int main(int argc, char** argv) {
   Tool tool("rtrain", "Launch training workers as torchrun does, restarting the group when one fails");
   auto* launch_cmd = tool.add_subcommand("launch", "Start NPROC workers of COMMAND on this node");
   LaunchOptions o;
-  launch_cmd->add_option("--nproc-per-node", o.nproc, "Workers on this node, 1 to 64 (default 1)")->type_name("K")->check(CLI::Range(1, 64));
+  std::string nproc = "1";
+  launch_cmd->add_option("--nproc-per-node", nproc, "Workers on this node, 1 to 64, or auto: one per GPU, else per core (default 1)")
+      ->type_name("K|auto");
   auto* nnodes_opt = launch_cmd->add_option("--nnodes", o.nnodes, "Nodes, one rtrain agent each (default 1)")->type_name("N")->check(CLI::Range(1, 4096));
   auto* node_rank_opt = launch_cmd->add_option("--node-rank", o.node_rank, "This node's rank, 0 to N-1 (node 0 hosts the rendezvous; default 0)")
       ->type_name("R")->check(CLI::Range(0, 4095));
@@ -38,6 +40,7 @@ int main(int argc, char** argv) {
   launch_cmd->add_option("command", o.command, "The training command, after --")->type_name("CMD");
   return tool.run(argc, argv, [&]() -> int {
     if (*launch_cmd) {
+      o.nproc = nproc_per_node(nproc);
       slurm_defaults(o, nnodes_opt->count() > 0, node_rank_opt->count() > 0, master_addr_opt->count() > 0);
       if (!placement.empty()) o.placement = load_placement(placement, o.nproc);
       if (!o.ckpt_dir.empty()) o.ckpt_dir = std::filesystem::absolute(o.ckpt_dir).string();  // the workers' cwd may differ
