@@ -160,6 +160,7 @@ class Group {
   Group(const LaunchOptions& o, const Layout& layout, int generation, const std::string& run_id,
         const std::string& hb_dir, SignalForwarder& forward, Events& events)
       : o_(o), generation_(generation), forward_(forward), events_(events), workers_(static_cast<std::size_t>(o.nproc)) {
+    const std::string resume = o.ckpt_dir.empty() ? "" : newest_checkpoint(o.ckpt_dir);  // one answer for every rank
     for (int local = 0; local < o.nproc; ++local) {
       Worker& w = workers_[static_cast<std::size_t>(local)];
       w.rank = layout.offset + local;
@@ -171,7 +172,7 @@ class Group {
       }
       SpawnOptions s;
       s.argv = o.command;
-      s.env = worker_env(o, local, layout, generation, run_id, w.heartbeat);
+      s.env = worker_env(o, local, layout, generation, run_id, w.heartbeat, resume);
       if (!o.placement.empty() && !o.placement[static_cast<std::size_t>(local)].gpus.empty()) {
         std::string gpus;
         for (int g : o.placement[static_cast<std::size_t>(local)].gpus) gpus += (gpus.empty() ? "" : ",") + std::to_string(g);
@@ -231,7 +232,7 @@ class Group {
         // its group too) was stopped, not failed.
         if (!st->success() && stop_time_ == 0 && !forward_.last_signal())
           fail(w, fmt::format("rank {} on {} {} after {:.1f}s", w.rank, host(), st->describe(), now - w.started));
-      } else if (o_.heartbeat_timeout_s > 0 && !why_) {
+      } else if (o_.heartbeat_timeout_s > 0 && !why_ && stop_time_ == 0 && !forward_.last_signal()) {
         struct stat sb{};
         if (::stat(w.heartbeat.c_str(), &sb) == 0 &&
             now - static_cast<double>(sb.st_mtim.tv_sec) - sb.st_mtim.tv_nsec / 1e9 > o_.heartbeat_timeout_s) {
@@ -241,16 +242,17 @@ class Group {
       }
     }
     if ((why_ || forward_.last_signal()) && stop_time_ == 0) stop();
-    if (stop_time_ > 0 && now - stop_time_ > o_.kill_grace_s)
-      for (auto& w : workers_)
-        if (!w.status) w.child->signal(SIGKILL);
+    if (stop_time_ > 0 && now - stop_time_ > o_.kill_grace_s && !killed_) {
+      killed_ = true;
+      for (auto& w : workers_) w.child->signal(SIGKILL);  // the groups: what the workers left behind too
+    }
   }
 
   void stop() {
     if (stop_time_ > 0) return;
     stop_time_ = now_s();
-    for (auto& w : workers_)
-      if (!w.status) w.child->signal(SIGTERM);
+    // Every worker's group, also of those that ended: processes they started may remain.
+    for (auto& w : workers_) w.child->signal(SIGTERM);
   }
 
   // As srun: the highest exit code of the workers that ended on their own (not those the
@@ -275,6 +277,7 @@ class Group {
         std::string& rest = err ? w.err_buf : w.out_buf;  // a last line without its newline
         if (!rest.empty()) (err ? std::cerr : std::cout) << fmt::format("[{}]: {}\n", w.rank, rest);
       }
+      w.child->signal(SIGKILL);  // nothing of a generation outlives it (data loaders, wrappers' children)
       forward_.remove(*w.child);
     }
   }
@@ -294,6 +297,7 @@ class Group {
   std::optional<std::string> why_;
   Worker* failed_ = nullptr;
   double stop_time_ = 0;
+  bool killed_ = false;
 };
 
 // One line-based TCP connection between two agents.
@@ -346,6 +350,22 @@ class Peer {
   std::string buf_;
 };
 
+// A message's number field; -1 when it is not one.
+int number(const std::string& text) {
+  int v = -1;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  return ec == std::errc() && end == text.data() + text.size() ? v : -1;
+}
+
+// The text after the first `fields` space-separated fields of a message.
+std::string message_after(const std::string& line, int fields) {
+  std::istringstream in(line);
+  std::string skip, rest;
+  for (int i = 0; i < fields; ++i) in >> skip;
+  std::getline(in >> std::ws, rest);
+  return rest;
+}
+
 std::vector<std::string> words(const std::string& line) {
   std::vector<std::string> out;
   std::istringstream in(line);
@@ -365,7 +385,7 @@ sockaddr_in address(const std::string& addr, int port) {
 }  // namespace
 std::vector<std::pair<std::string, std::string>> worker_env(const LaunchOptions& o, int local_rank, const Layout& l,
                                                             int restart_count, const std::string& run_id,
-                                                            const std::string& heartbeat_file) {
+                                                            const std::string& heartbeat_file, const std::string& resume_from) {
   const std::string rank = std::to_string(l.offset + local_rank), world = std::to_string(l.world);
   std::vector<std::pair<std::string, std::string>> env = {
       {"RANK", rank}, {"LOCAL_RANK", std::to_string(local_rank)}, {"GROUP_RANK", std::to_string(l.node_rank)},
@@ -377,7 +397,7 @@ std::vector<std::pair<std::string, std::string>> worker_env(const LaunchOptions&
       {"RKIT_HEARTBEAT_FILE", heartbeat_file}};
   if (!o.ckpt_dir.empty()) {
     env.emplace_back("RKIT_CKPT_DIR", o.ckpt_dir);
-    env.emplace_back("RKIT_RESUME_FROM", newest_checkpoint(o.ckpt_dir));  // read each generation
+    env.emplace_back("RKIT_RESUME_FROM", resume_from);
   }
   if (o.nproc > 1 && !std::getenv("OMP_NUM_THREADS")) env.emplace_back("OMP_NUM_THREADS", "1");
   return env;
@@ -416,6 +436,7 @@ int lead(Run& run) {
     const int one = 1;
     ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     sockaddr_in sa = address(o.master_addr, o.master_port);
+    sa.sin_addr.s_addr = htonl(INADDR_ANY);  // whatever address the others reach this node by
     if (::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 || ::listen(fd, o.nnodes) != 0) {
       const int e = errno;
       ::close(fd);
@@ -423,18 +444,20 @@ int lead(Run& run) {
                                                  std::strerror(e)));
     }
     Peer listener(fd);
+    const double join_deadline = now_s() + o.join_timeout_s;
     while (static_cast<int>(nodes.size()) < o.nnodes - 1) {
       pollfd p{fd, POLLIN, 0};
-      if (::poll(&p, 1, static_cast<int>(o.join_timeout_s * 1000)) <= 0)
-        throw Error(Exit::Unavailable, fmt::format("rendezvous: {} of {} nodes joined within {:.0f}s", nodes.size() + 1,
-                                                   o.nnodes, o.join_timeout_s));
+      if (::poll(&p, 1, 200) <= 0) {
+        if (const int sig = run.forward.last_signal()) return 128 + sig;
+        if (now_s() > join_deadline)
+          throw Error(Exit::Unavailable, fmt::format("rendezvous: {} of {} nodes joined within {:.0f}s", nodes.size() + 1,
+                                                     o.nnodes, o.join_timeout_s));
+        continue;
+      }
       Peer peer(::accept4(fd, nullptr, nullptr, SOCK_CLOEXEC));
       const auto join = words(peer.wait_line(10).value_or(""));
-      int node = -1, nproc = 0;
-      try {
-        if (join.size() == 3 && join[0] == "join") node = std::stoi(join[1]), nproc = std::stoi(join[2]);
-      } catch (const std::exception&) {
-      }
+      const bool is_join = join.size() == 3 && join[0] == "join";
+      const int node = is_join ? number(join[1]) : -1, nproc = is_join ? number(join[2]) : 0;
       if (node < 1 || node >= o.nnodes || nproc < 1 || nproc_of.count(node)) continue;  // not a node this run has
       nproc_of[node] = nproc;
       nodes.emplace_back(node, std::move(peer));
@@ -459,12 +482,13 @@ int lead(Run& run) {
     const double started = now_s();
     Group g(o, l, generation, run.run_id, run.hb_dir, run.forward, run.events);
     std::set<int> done, stopped;  // nodes whose workers ended well, or ended after a stop
+    std::set<int> gone;           // nodes whose agent died
     std::optional<std::string> remote_failure;
     int remote_code = 0;
     bool stopping = false, abort = false;
     for (;;) {
       std::vector<pollfd> extra;
-      for (auto& [_, peer] : nodes) extra.push_back({peer.fd(), POLLIN, 0});
+      for (auto& [node, peer] : nodes) extra.push_back({gone.count(node) ? -1 : peer.fd(), POLLIN, 0});  // -1: not polled
       g.step(extra, 50);
       for (std::size_t i = 0; i < nodes.size(); ++i) {
         auto& [node, peer] = nodes[i];
@@ -472,18 +496,22 @@ int lead(Run& run) {
         const bool alive = peer.fill();
         while (auto line = peer.take_line()) {
           const auto w = words(*line);
-          if (w.size() >= 2 && std::stoi(w[1]) != generation) continue;  // late news of an earlier generation
+          if (w.size() < 2 || number(w[1]) != generation) continue;  // late news of an earlier generation
           if (w[0] == "done") done.insert(node);
           else if (w[0] == "stopped") stopped.insert(node);
-          else if ((w[0] == "fail" || w[0] == "abort") && !remote_failure && w.size() >= 3) {
-            remote_code = std::stoi(w[2]);
-            remote_failure = line->substr(line->find(w[2]) + w[2].size() + 1);
-            abort = w[0] == "abort";  // that agent was stopped by a signal: no restart
+          else if ((w[0] == "fail" || w[0] == "abort") && w.size() >= 4) {
+            abort |= w[0] == "abort";  // that agent was stopped by a signal: no restart
+            if (!remote_failure) {
+              remote_code = std::max(1, number(w[2]));
+              remote_failure = message_after(*line, 3);
+            }
           }
         }
-        if (!alive && !stopped.count(node)) {
-          if (!remote_failure) remote_failure = fmt::format("the agent of node {} is gone", node), remote_code = 1;
+        if (!alive && !gone.count(node)) {  // its agent died: it cannot rejoin, so no restart
+          gone.insert(node);
           stopped.insert(node);
+          abort = true;
+          if (!remote_failure) remote_failure = fmt::format("the agent of node {} is gone", node), remote_code = 1;
         }
       }
       const bool failed = g.failure() || remote_failure || run.forward.last_signal();
@@ -536,6 +564,7 @@ int follow(Run& run) {
     sockaddr_in sa = address(o.master_addr, o.master_port);
     if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0) break;
     ::close(fd);
+    if (const int sig = run.forward.last_signal()) return 128 + sig;
     if (now_s() > deadline)
       throw Error(Exit::Unavailable, fmt::format("rendezvous: no agent of node 0 at {}:{} within {:.0f}s", o.master_addr,
                                                  o.master_port, o.join_timeout_s));
@@ -547,18 +576,20 @@ int follow(Run& run) {
     const auto line = lead.wait_line();
     if (!line) throw Error(Exit::Unavailable, "rendezvous: the agent of node 0 is gone");
     const auto w = words(*line);
-    if (w.size() == 2 && w[0] == "exit") return std::stoi(w[1]);
+    if (w.size() == 2 && w[0] == "exit") return std::max(0, number(w[1]));
     if (w.size() != 6 || w[0] != "gen") continue;
-    const int generation = std::stoi(w[1]);
+    const int generation = number(w[1]);
     run.run_id = w[5];  // node 0's: one TORCHELASTIC_RUN_ID for the whole run
-    Layout l{o.node_rank, o.nnodes, std::stoi(w[3]), std::stoi(w[4]), std::stoi(w[2])};
+    Layout l{o.node_rank, o.nnodes, number(w[3]), number(w[4]), number(w[2])};
+    if (generation < 0 || l.world < 1 || l.offset < 0 || l.master_port < 1)
+      throw Error(Exit::Unavailable, "rendezvous: node 0's agent sent \"" + *line + "\"", "the agents' rtrain versions differ?");
     Group g(o, l, generation, run.run_id, run.hb_dir, run.forward, run.events);
-    bool told_to_stop = false, reported = false;
+    bool told_to_stop = false, reported = false, lead_gone = false;
     while (g.running()) {
-      std::vector<pollfd> extra{{lead.fd(), POLLIN, 0}};
+      std::vector<pollfd> extra{{lead_gone ? -1 : lead.fd(), POLLIN, 0}};
       g.step(extra, 50);
       if (extra[0].revents) {
-        if (!lead.fill()) g.stop();  // node 0's agent died: end our workers, then say so
+        if (!lead.fill()) lead_gone = true, g.stop();  // node 0's agent died: end our workers, then say so
         while (auto l2 = lead.take_line())
           if (words(*l2) == std::vector<std::string>{"stop", std::to_string(generation)}) told_to_stop = true, g.stop();
       }
@@ -574,14 +605,25 @@ int follow(Run& run) {
       }
     }
     g.finish();
+    if (lead_gone) throw Error(Exit::Unavailable, "rendezvous: the agent of node 0 is gone");
     if (g.failure()) report(g, generation);
     // Node 0 waits for "stopped" after it said stop, for "done" otherwise.
     if (!told_to_stop && !reported) lead.send(fmt::format("done {}", generation));
     while (!told_to_stop) {
-      const auto next = lead.wait_line();
-      if (!next) throw Error(Exit::Unavailable, "rendezvous: the agent of node 0 is gone");
+      if (const int sig = run.forward.last_signal(); sig && !reported) {  // between generations
+        reported = true;
+        lead.try_send(fmt::format("abort {} {} the agent of node {} got {}", generation, 128 + sig, o.node_rank,
+                                  signal_name(sig)));
+      }
+      std::optional<std::string> next = lead.take_line();
+      if (!next) {
+        pollfd p{lead.fd(), POLLIN, 0};
+        ::poll(&p, 1, 200);
+        if (p.revents && !lead.fill()) throw Error(Exit::Unavailable, "rendezvous: the agent of node 0 is gone");
+        continue;
+      }
       const auto nw = words(*next);
-      if (nw.size() == 2 && nw[0] == "exit") return std::stoi(nw[1]);
+      if (nw.size() == 2 && nw[0] == "exit") return std::max(0, number(nw[1]));
       if (nw == std::vector<std::string>{"stop", std::to_string(generation)}) told_to_stop = true;
     }
     lead.send(fmt::format("stopped {}", generation));

@@ -83,6 +83,7 @@ void slurm_defaults(LaunchOptions& options, bool nnodes_given, bool node_rank_gi
 // The environment of local worker `local_rank` of generation `restart_count` (torchrun's names).
 std::vector<std::pair<std::string, std::string>> worker_env(const LaunchOptions& options, int local_rank,
                                                             const Layout& layout, int restart_count,
-                                                            const std::string& run_id, const std::string& heartbeat_file);
+                                                            const std::string& run_id, const std::string& heartbeat_file,
+                                                            const std::string& resume_from);
 
 }  // namespace rkit::rtrain
