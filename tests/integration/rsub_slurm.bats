@@ -6,16 +6,13 @@
 bats_require_minimum_version 1.5.0
 
 setup_file() {
-  if ((EUID != 0)); then skip "Slurm's daemons start as root"; fi
-  SLURM_DIR=$(mktemp -d /tmp/rkit-slurm.XXXXXX)
-  chmod 755 "$SLURM_DIR"  # munged and slurmdbd run as their own users and must reach it
-  export SLURM_DIR
-  "$BATS_TEST_DIRNAME/slurm/slurm.sh" start "$SLURM_DIR" --accounting >&3 2>&1
+  load slurm/bats_slurm
+  slurm_start --accounting
 }
 
 teardown_file() {
-  "$BATS_TEST_DIRNAME/slurm/slurm.sh" stop "$SLURM_DIR" >&3 2>&1 || true
-  rm -rf "$SLURM_DIR"
+  load slurm/bats_slurm
+  slurm_stop
 }
 
 setup() {

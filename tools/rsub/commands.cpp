@@ -59,18 +59,23 @@ const BackendConfig& backend_config(const Context& ctx, const std::string& name)
 // The remote ids of jobs whose submission was not confirmed, when the backend has them
 // now; such jobs still unknown after their backend's retry window (and 5 minutes more)
 // are LOST: they may run there, so they are never submitted again.
-void adopt_unsubmitted(Store& store, const BackendConfig& config, Backend& backend) {
-  const auto waiting = store.unsubmitted(config.name);
-  if (waiting.empty()) return;
+// Returns whether any job learnt its id.
+bool adopt_unsubmitted(Store& store, const BackendConfig& config, Backend& backend,
+                       const std::vector<Store::Unsubmitted>& waiting) {
+  if (waiting.empty()) return false;
+  bool adopted = false;
   std::map<std::string, std::map<std::int64_t, std::string>> found;  // by user
   for (const auto& u : waiting) {
     if (!found.count(u.user)) found[u.user] = backend.adopt(store.tag(), u.user);
     const auto& mine = found[u.user];
-    if (auto it = mine.find(u.array_id); it != mine.end())
+    if (auto it = mine.find(u.array_id); it != mine.end()) {
       store.set_remote_ids({u.id}, {u.array_index ? fmt::format("{}_{}", it->second, *u.array_index) : it->second});
+      adopted = true;
+    }
   }
   const double now = now_s();
   store.lose_unsubmitted(config.name, now - config.submit_retry_s - 300, now);
+  return adopted;
 }
 
 // Reads the states of the remote backends' active jobs (of `only`, or of all), at most
@@ -79,13 +84,15 @@ void adopt_unsubmitted(Store& store, const BackendConfig& config, Backend& backe
 void refresh_remote(Context& ctx, Store& store, bool strict, bool force = false, const std::string& only = {}) {
   for (const auto& [name, config] : ctx.settings.backends) {
     if (!only.empty() && name != only) continue;
-    if (store.remote_active(name).empty() && store.unsubmitted(name).empty()) continue;
+    auto active = store.remote_active(name);
+    const auto waiting = store.unsubmitted(name);
+    if (active.empty() && waiting.empty()) continue;
     if (!store.claim_refresh(name, now_s(), force ? 0 : config.refresh_s)) continue;
     try {
       auto backend = make_backend(config);
-      adopt_unsubmitted(store, config, *backend);
+      if (adopt_unsubmitted(store, config, *backend, waiting)) active = store.remote_active(name);
       std::vector<std::string> ids;
-      for (const auto& a : store.remote_active(name)) ids.push_back(a.second);
+      for (const auto& a : active) ids.push_back(a.second);
       if (!ids.empty()) store.update_remote(name, backend->query(ids));
     } catch (const Error& e) {
       if (strict) throw;

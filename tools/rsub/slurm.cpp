@@ -39,16 +39,6 @@ std::optional<double> slurm_timestamp(std::string_view text) {
   return static_cast<double>(std::mktime(&tm));
 }
 
-std::vector<std::string_view> split(std::string_view s, char sep) {
-  std::vector<std::string_view> out;
-  for (std::size_t at = 0;;) {
-    const std::size_t next = s.find(sep, at);
-    out.push_back(s.substr(at, next - at));
-    if (next == std::string_view::npos) return out;
-    at = next + 1;
-  }
-}
-
 // What Slurm's common pending reasons mean, for rsub why.
 std::string slurm_reason_text(std::string_view reason) {
   static const std::pair<std::string_view, std::string_view> texts[] = {

@@ -55,17 +55,6 @@ std::optional<std::int64_t> parse_digits(std::string_view s) {
   return v;
 }
 
-std::vector<std::string_view> split(std::string_view s, char sep) {
-  std::vector<std::string_view> parts;
-  std::size_t at = 0;
-  while ((at = s.find(sep)) != std::string_view::npos) {
-    parts.push_back(s.substr(0, at));
-    s.remove_prefix(at + 1);
-  }
-  parts.push_back(s);
-  return parts;
-}
-
 // {"a", "b"} for "a<sep>b", {"a", nullopt} for "a".
 std::pair<std::string_view, std::optional<std::string_view>> cut(std::string_view s, char sep) {
   auto at = s.find(sep);
@@ -431,6 +420,17 @@ class RecordObject {
 };
 
 }  // namespace
+
+std::vector<std::string_view> split(std::string_view s, char sep) {
+  std::vector<std::string_view> parts;
+  std::size_t at = 0;
+  while ((at = s.find(sep)) != std::string_view::npos) {
+    parts.push_back(s.substr(0, at));
+    s.remove_prefix(at + 1);
+  }
+  parts.push_back(s);
+  return parts;
+}
 
 std::string_view dep_type_name(DepType type) {
   for (const auto& [t, name] : kDepTypes)

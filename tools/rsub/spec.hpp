@@ -147,6 +147,8 @@ std::vector<int> parse_array_range(std::string_view text);
 // "afterok:12:13" → two dependencies; "afterok:slurm:1234" → one with remote "slurm:1234"
 // (Error(Usage) on anything else).
 std::vector<Dependency> parse_dependency(std::string_view text);
+// "a,b,,c" → {"a", "b", "", "c"}: every field, empty ones too (views into `s`).
+std::vector<std::string_view> split(std::string_view s, char sep);
 // "SIGKILL", "KILL", "9" → 9; nullopt when not a signal.
 std::optional<int> parse_signal(std::string_view text);
 
