@@ -29,3 +29,11 @@ wait_state() {
   rsub show "$1" >&2
   return 1
 }
+
+# refute_alive PID...: fails, naming it, when any of the processes still exists.
+refute_alive() {
+  local pid
+  for pid in "$@"; do
+    if kill -0 "$pid" 2>/dev/null; then echo "process $pid still runs" >&2; return 1; fi
+  done
+}

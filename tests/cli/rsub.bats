@@ -343,7 +343,7 @@ daemon_pid() {
   [[ $(wc -l < ran) -eq 2 ]]  # started once
   for pid in $(cat ran); do  # the task and its child are gone
     for _ in $(seq 20); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    ! kill -0 "$pid" 2>/dev/null
+    refute_alive "$pid"
   done
 }
 
