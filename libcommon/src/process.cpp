@@ -12,8 +12,11 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cctype>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fmt/format.h>
 #include <span>
 
@@ -31,6 +34,19 @@ int ExitStatus::shell_code() const { return exited() ? code() : 128 + signal(); 
 std::string ExitStatus::describe() const {
   if (exited()) return fmt::format("exit {}", code());
   return fmt::format("killed by signal {} ({})", signal(), signal_name(signal()));
+}
+
+std::string rkit_program(const std::string& name) {
+  std::string var = "RKIT_";
+  for (char c : name) var += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (const char* env = std::getenv(var.c_str()); env && *env) return env;
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    for (const std::filesystem::path& candidate : {exe.parent_path() / name, exe.parent_path().parent_path() / name / name})
+      if (::access(candidate.c_str(), X_OK) == 0) return candidate.string();
+  }
+  return name;
 }
 
 std::string signal_name(int sig) {

@@ -3,7 +3,8 @@
 # rtop's NVML view with nvidia-smi's (count, names, UUIDs, bus ids, memory, the
 # `nvidia-smi topo -m` link matrix, live utilisation/power), run the CUDA kernels
 # against their CPU references (rkit_kernels_gpu_test), and run rbench's GPU suites
-# (every record correct, rkit's SGEMM within reach of cuBLAS, peaks plausible). Prints
+# (every record correct, rkit's SGEMM within reach of cuBLAS, peaks plausible), and
+# train with rtrain run --device cuda against its CPU loss curve. Prints
 # one line per check and "gpu-check: N passed, N failed"; exits 69 when no GPU is visible.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -110,6 +111,32 @@ check "gpu.gemm: ab_bytes and c_bytes as each type stores A, B and C" jq -e -s \
 check "host fingerprint names the $n_smi GPU(s) and the driver" jq -e -s --argjson n "$n_smi" \
   'all(.[]; (.host.gpus | length) == $n and .host.gpu_driver != null)' "$bench_json"
 rm -f "$bench_json" "$bench_err"
+
+# rtrain run on the GPU (the plug-in rtrain_cuda.so: cuBLAS, rkit's mlp kernels, NCCL):
+# it trains, its loss curve follows the CPU's (fp32 both; sums in other orders), and its
+# samples/s are reported beside the CPU's. With 2+ GPUs, 2 ranks over NCCL follow too.
+rtrain=$build/tools/rtrain/rtrain
+train_dir=$(mktemp -d)
+train_args=(--layers 256,1024,1024,1 --rows 60000 --steps 60 --warmup-steps 5 --log-every 1 --json -q)
+"$rtrain" run "${train_args[@]}" --device cpu --events "$train_dir/cpu.jsonl" >/dev/null
+"$rtrain" run "${train_args[@]}" --device cuda --events "$train_dir/cuda.jsonl" >/dev/null 2>"$train_dir/cuda.err"
+check "rtrain run --device cuda runs" jq -e -s 'map(select(.event == "summary")) | length == 1' "$train_dir/cuda.jsonl"
+[[ -s "$train_dir/cuda.err" ]] && head -3 "$train_dir/cuda.err"
+check "rtrain run --device cuda: its loss curve follows the CPU's within 1e-3 relative" jq -e -n \
+  --slurpfile a "$train_dir/cpu.jsonl" --slurpfile b "$train_dir/cuda.jsonl" '
+  [$a[] | select(.event == "step") | .loss] as $x | [$b[] | select(.event == "step") | .loss] as $y
+  | ($x | length) == 60 and ($y | length) == 60 and ([range(0; 60) | (($x[.] - $y[.]) / $x[.] | fabs)] | max) < 1e-3'
+jq -r -s '.[] | select(.event == "summary") | "  rtrain run \(.device): \(.samples_per_s | floor) samples/s"' \
+  "$train_dir/cpu.jsonl" "$train_dir/cuda.jsonl"
+if ((n_smi >= 2)); then
+  "$rtrain" launch --nproc-per-node 2 --master-port 0 -- "$rtrain" run "${train_args[@]}" --device cuda --batch-size 256 \
+    --events "$train_dir/nccl.jsonl" >/dev/null 2>&1
+  check "rtrain run --device cuda on 2 ranks (NCCL) follows 1 rank within 1e-3" jq -e -n \
+    --slurpfile a "$train_dir/cuda.jsonl" --slurpfile b "$train_dir/nccl.jsonl" '
+    [$a[] | select(.event == "step") | .loss] as $x | [$b[] | select(.event == "step") | .loss] as $y
+    | ($y | length) == 60 and ([range(0; 60) | (($x[.] - $y[.]) / $x[.] | fabs)] | max) < 1e-3'
+fi
+rm -rf "$train_dir"
 
 echo "gpu-check: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]

@@ -164,4 +164,9 @@ class SignalForwarder {
 // "SIGTERM" for 15; "signal 99" for unknown numbers.
 std::string signal_name(int sig);
 
+// Another rkit tool to run, e.g. "rckpt": $RKIT_<NAME> (upper case) when set, else the
+// executable beside this program (installed) or in the build tree (tools/<name>/<name>),
+// else `name` itself, for the PATH lookup of Child::spawn.
+std::string rkit_program(const std::string& name);
+
 }  // namespace rkit

@@ -1,0 +1,154 @@
+#!/usr/bin/env bats
+# rtrain run: the native trainer. It learns; 2 ranks follow the 1-rank curve; a worker
+# killed with kill -9 under rtrain launch resumes from the last checkpoint and ends
+# with bit-identical weights; bad configurations, data and checkpoints are refused.
+bats_require_minimum_version 1.5.0
+
+setup() {
+  load helpers
+  cd "$BATS_TEST_TMPDIR"
+}
+
+small=(--layers 32,64,64,1 --rows 20000 --threads 1)
+
+@test "a run learns: the loss falls and the summary says what ran" {
+  run -0 rtrain run "${small[@]}" --steps 200 --eval-every 100 --events ev.jsonl
+  assert_line --regexp '^STEP +LOSS +EVAL +LR +SAMPLES/S +STEP_TIME +COMM_TIME +HIDDEN +GRAD_NORM$'
+  assert_line --regexp '^200 +[0-9.e-]+ +- '
+  assert_line --regexp '^200 +- +[0-9.e-]+ '
+  assert_line --regexp '^200 steps on cpu \(1 BLAS thread\), 1 rank: [0-9]+ samples/s'
+  jq -e -s 'map(select(.schema == "rkit.train.event.v1")) | length == (. | length)' ev.jsonl
+  jq -e -s '(map(select(.event == "step"))) as $s | $s[-1].loss < 0.7 * $s[0].loss' ev.jsonl
+  jq -e -s 'map(select(.event == "summary"))[0] | .steps == 200 and .world_size == 1 and .parameters == 6337
+            and .samples_per_s > 0 and .eval_loss < 1 and .device == "cpu (1 BLAS thread)"' ev.jsonl
+  jq -e -s 'map(select(.event == "step"))[0] | (.lr > 0 and .grad_norm > 0 and .step_time_s > 0 and .compute_s > 0)' ev.jsonl
+}
+
+@test "--json prints every record; -q only the summary; --target-loss reports the time to reach it" {
+  run -0 rtrain run "${small[@]}" --steps 40 --eval-every 10 --target-loss 10 --json
+  [[ $(jq -s 'map(.event) | unique | join(",")' <<<"$output") == '"eval,step,summary"' ]]
+  jq -e -s 'map(select(.event == "summary"))[0].time_to_target_s > 0' <<<"$output"
+  run -0 rtrain run "${small[@]}" --steps 10 --json -q
+  [[ $(jq -s 'map(.event) | join(",")' <<<"$output") == '"summary"' ]]
+}
+
+@test "2 ranks with half the batch each follow the 1-rank loss curve within 1e-5 over 100 steps" {
+  args=("${small[@]}" --steps 100 --log-every 1 --warmup-steps 10 -q)
+  run -0 rtrain run "${args[@]}" --batch-size 128 --events one.jsonl
+  run -0 rtrain launch --nproc-per-node 2 --master-port 0 -- rtrain run "${args[@]}" --batch-size 64 --events two.jsonl
+  jq -e -s 'map(select(.event == "summary"))[0].world_size == 2' two.jsonl
+  jq -s -c '[.[] | select(.event == "step") | .loss]' one.jsonl >one
+  jq -s -c '[.[] | select(.event == "step") | .loss]' two.jsonl >two
+  jq -e -n --slurpfile a one --slurpfile b two '
+    ($a[0] | length) == 100 and ($b[0] | length) == 100
+    and ([range(0; 100) | (($a[0][.] - $b[0][.]) / $a[0][.] | fabs)] | max) < 1e-5'
+}
+
+@test "kill -9 of a worker: the run resumes from its last checkpoint and ends with bit-identical weights" {
+  args=(--layers 64,256,256,1 --rows 50000 --steps 400 --batch-size 128 --threads 1 -q --ckpt-every 25)
+  run -0 rtrain launch --nproc-per-node 2 --master-port 0 --ckpt-dir ref -- rtrain run "${args[@]}" --output ref.safetensors
+  rtrain launch --nproc-per-node 2 --master-port 0 --max-restarts 3 --ckpt-dir ck --events launch.jsonl -- \
+    rtrain run "${args[@]}" --output out.safetensors --events run.jsonl 2>launch.err &
+  launcher=$!
+  for ((n = 0; n < 300; n++)); do [[ -e ck/step-50.rkpt ]] && break; sleep 0.05; done
+  victim=
+  for pid in $(pgrep -P "$launcher"); do
+    tr '\0' '\n' <"/proc/$pid/environ" | grep -qx RANK=1 && victim=$pid
+  done
+  [[ -n $victim ]]
+  kill -9 "$victim"
+  wait "$launcher"
+  jq -e -s 'map(select(.event == "restart")) | length == 1' launch.jsonl
+  jq -e -s 'map(select(.event == "resume"))[0] | .step >= 50 and .step < 400 and (.path | endswith(".rkpt"))' run.jsonl
+  assert_equal "$(sha256sum <out.safetensors | cut -d' ' -f1)" "$(sha256sum <ref.safetensors | cut -d' ' -f1)"
+  run -0 rckpt verify ck/step-400.rkpt
+  run -0 rckpt ls ck/step-400.rkpt
+  assert_output --partial model.safetensors
+  assert_output --partial optimizer.safetensors
+  refute_alive "$victim"
+}
+
+@test "--no-pack keeps step-N folders; --resume-from one continues where it ended" {
+  run -0 rtrain run "${small[@]}" --steps 20 --ckpt-every 10 --ckpt-dir ck --no-pack --output full.safetensors
+  [[ -f ck/step-10/model.safetensors && -f ck/step-10/optimizer.safetensors && -d ck/step-20 ]]
+  [[ ! -e ck/step-10.rkpt ]]
+  run -0 rtrain run "${small[@]}" --steps 20 --resume-from ck/step-10 --output resumed.safetensors --json -q
+  jq -e '.start_step == 10' <<<"$output"
+  cmp full.safetensors resumed.safetensors
+}
+
+@test "a truncated newest archive is passed over: the run resumes from the one before" {
+  run -0 rtrain run "${small[@]}" --steps 20 --ckpt-every 10 --ckpt-dir ck
+  [[ -f ck/step-10.rkpt && -f ck/step-20.rkpt ]]
+  truncate -s 1000 ck/step-20.rkpt
+  run -0 rtrain run "${small[@]}" --steps 30 --ckpt-dir ck --json -q
+  jq -e '.start_step == 10' <<<"$output"
+}
+
+@test "a checkpoint of another model is refused (65) and nothing is overwritten" {
+  run -0 rtrain run "${small[@]}" --steps 10 --ckpt-every 10 --ckpt-dir ck
+  before=$(sha256sum ck/step-10.rkpt)
+  run --separate-stderr rtrain run --layers 32,16,1 --rows 20000 --steps 20 --ckpt-dir ck
+  assert_equal "$status" 65
+  assert_equal "$stderr" "rtrain: error: checkpoint ck/step-10.rkpt is of another model (layers=32,64,64,1 activation=gelu loss=mse), not layers=32,16,1 activation=gelu loss=mse"
+  assert_equal "$(sha256sum ck/step-10.rkpt)" "$before"
+}
+
+@test "classification from a CSV file: cross-entropy, accuracy reported" {
+  { echo "a,b,c,label"; for ((i = 0; i < 400; i++)); do echo "$((i % 7)),$((i % 5)),1,$((i % 7 > 3 ? 1 : 0))"; done; } >data.csv
+  run -0 rtrain run --data data.csv --layers 3,16,2 --loss cross_entropy --steps 300 --batch-size 32 --lr 0.01 --warmup-steps 10 --json -q --eval-every 300 --events ev.jsonl
+  jq -e -s 'map(select(.event == "eval"))[-1].accuracy > 0.9' ev.jsonl
+}
+
+@test "bad flags, configurations and data: one line and the documented exit code" {
+  run --separate-stderr rtrain run --activation tanh
+  assert_equal "$status" 64
+  assert_equal "$stderr" "rtrain: error: unknown activation 'tanh' (expected gelu or relu)"
+  run --separate-stderr rtrain run --lr 0
+  assert_equal "$status" 64
+  assert_equal "$stderr" "rtrain: error: lr must be > 0"
+  run --separate-stderr rtrain run --layers 4,x,1
+  assert_equal "$status" 64
+  run --separate-stderr rtrain run --ckpt-every 5
+  assert_equal "$status" 64
+  [[ $stderr == *"checkpoints need a folder"* ]]
+  run --separate-stderr rtrain run no-such.toml
+  assert_equal "$status" 66
+  printf '[train]\nstepz = 3\n' >bad.toml
+  run --separate-stderr rtrain run bad.toml
+  assert_equal "$status" 78
+  assert_equal "$stderr" "rtrain: error: bad.toml:2:1: unknown key 'train.stepz'"
+  printf '[train]\nlr = "fast"\n' >bad.toml
+  run --separate-stderr rtrain run bad.toml
+  assert_equal "$status" 78
+  [[ $stderr == "rtrain: error: bad.toml:2:6: 'train.lr' must be a number" ]]
+  run --separate-stderr rtrain run --data missing.csv
+  assert_equal "$status" 66
+  printf '1,2\n3,4\n' >two.csv
+  run --separate-stderr rtrain run --data two.csv --layers 5,4,1
+  assert_equal "$status" 64
+  assert_equal "$stderr" "rtrain: error: two.csv has 1 features but the model's first layer takes 5"
+  run --separate-stderr rtrain run --data two.csv --layers 1,4,1 --batch-size 8
+  assert_equal "$status" 64
+  run --separate-stderr rtrain run --device cuda --steps 1
+  assert_equal "$status" 69
+  [[ $stderr == "rtrain: error: --device cuda: "* ]]
+}
+
+@test "a configuration file sets the run; flags override it" {
+  cat >run.toml <<'TOML'
+[model]
+layers = [16, 32, 1]
+activation = "relu"
+[data]
+rows = 5000
+[train]
+steps = 30
+batch_size = 64
+lr = 0.002
+seed = 7
+threads = 1
+TOML
+  run -0 rtrain run run.toml --steps 12 --json -q
+  jq -e '.steps == 12 and .parameters == (16*32+32+32+1)' <<<"$output"
+}

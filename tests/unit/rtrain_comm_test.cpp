@@ -1,0 +1,484 @@
+// rtrain's communication layer: DistEnv parsing, the TCP store, and the collectives
+// between 2 and 3 ranks run as threads of this process (a killed peer: a forked child).
+#include "comm.hpp"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <future>
+#include <numeric>
+#include <thread>
+#include <vector>
+
+#include "test_support.hpp"
+
+namespace rkit::rtrain {
+namespace {
+
+using namespace std::chrono_literals;
+using rkit::testing::error_of;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// A port nobody listens on right now (the kernel's pick for a socket bound to port 0).
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0)
+    throw std::runtime_error("free_port");
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+DistEnv env_for(int rank, int world, int port) {
+  DistEnv e;
+  e.rank = rank;
+  e.world = world;
+  e.local_rank = rank;
+  e.master_addr = "127.0.0.1";
+  e.master_port = port;
+  return e;
+}
+
+// Runs body(comm) on `world` threads, one rank each; fails the test for any exception.
+void run_ranks(int world, const std::function<void(Communicator&)>& body,
+               std::chrono::milliseconds timeout = 5000ms) {
+  const int port = free_port();
+  std::vector<std::thread> threads;
+  std::vector<std::string> errors(static_cast<std::size_t>(world));
+  for (int r = 0; r < world; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        auto comm = Communicator::connect(env_for(r, world, port), timeout);
+        body(*comm);
+      } catch (const std::exception& e) {
+        errors[static_cast<std::size_t>(r)] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < world; ++r) EXPECT_EQ(errors[static_cast<std::size_t>(r)], "") << "rank " << r;
+}
+
+// --- DistEnv --------------------------------------------------------------------------
+
+const std::vector<std::string> kDistVars = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"};
+
+TEST(RtrainCommEnv, NoRankMeansOneRank) {
+  rkit::testing::EnvGuard env(kDistVars);
+  for (const auto& v : kDistVars) env.unset(v);
+  const DistEnv d = DistEnv::from_env();
+  EXPECT_EQ(d.rank, 0);
+  EXPECT_EQ(d.world, 1);
+  EXPECT_EQ(d.master_addr, "127.0.0.1");
+  EXPECT_EQ(d.master_port, 29500);
+}
+
+TEST(RtrainCommEnv, ReadsTorchrunVariables) {
+  rkit::testing::EnvGuard env(kDistVars);
+  env.set("RANK", "3");
+  env.set("WORLD_SIZE", "4");
+  env.set("LOCAL_RANK", "1");
+  env.set("MASTER_ADDR", "node7");
+  env.set("MASTER_PORT", "1234");
+  const DistEnv d = DistEnv::from_env();
+  EXPECT_EQ(d.rank, 3);
+  EXPECT_EQ(d.world, 4);
+  EXPECT_EQ(d.local_rank, 1);
+  EXPECT_EQ(d.master_addr, "node7");
+  EXPECT_EQ(d.master_port, 1234);
+}
+
+TEST(RtrainCommEnv, RejectsMalformedValues) {
+  struct Case {
+    std::vector<std::pair<std::string, std::string>> vars;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{{"RANK", "x"}, {"WORLD_SIZE", "2"}}, "RANK='x' is not a non-negative integer"},
+      {{{"RANK", "-1"}, {"WORLD_SIZE", "2"}}, "RANK='-1' is not a non-negative integer"},
+      {{{"RANK", "1 "}, {"WORLD_SIZE", "2"}}, "RANK='1 ' is not a non-negative integer"},
+      {{{"RANK", "0"}, {"WORLD_SIZE", "0"}}, "WORLD_SIZE='0' is not a positive integer"},
+      {{{"RANK", "0"}, {"WORLD_SIZE", "99999999999"}}, "WORLD_SIZE='99999999999' is not a positive integer"},
+      {{{"RANK", "2"}, {"WORLD_SIZE", "2"}}, "RANK=2 is not below WORLD_SIZE=2"},
+      {{{"RANK", "0"}}, "RANK is set but WORLD_SIZE is not"},
+      {{{"WORLD_SIZE", "2"}}, "WORLD_SIZE is set but RANK is not"},
+      {{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "2"}}, "LOCAL_RANK=2 is not below WORLD_SIZE=2"},
+      {{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "0"}},
+       "MASTER_PORT='0' is not a port number (1 to 65535)"},
+      {{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "65536"}},
+       "MASTER_PORT='65536' is not a port number (1 to 65535)"},
+      {{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", ""}}, "MASTER_ADDR is empty"},
+  };
+  for (const auto& c : cases) {
+    rkit::testing::EnvGuard env(kDistVars);
+    for (const auto& v : kDistVars) env.unset(v);
+    for (const auto& [k, v] : c.vars) env.set(k, v);
+    const Error e = error_of([] { DistEnv::from_env(); });
+    EXPECT_EQ(e.code(), Exit::Usage) << c.message;
+    EXPECT_EQ(std::string(e.what()), c.message);
+  }
+}
+
+// --- TcpStore -------------------------------------------------------------------------
+
+TEST(RtrainCommStore, SetGetWaitAcrossClients) {
+  TcpStore host("127.0.0.1", 0, true, 2000ms);
+  ASSERT_GT(host.port(), 0);
+  TcpStore client("127.0.0.1", host.port(), false, 2000ms);
+  host.set("a", {'x', 'y'});
+  EXPECT_EQ(client.get("a"), (std::vector<char>{'x', 'y'}));
+  client.set("empty", {});
+  EXPECT_EQ(host.get("empty"), std::vector<char>{});
+  client.set("a", {'z'});  // overwrites
+  EXPECT_EQ(host.get("a"), std::vector<char>{'z'});
+  std::vector<char> big(1 << 20);
+  std::iota(big.begin(), big.end(), 0);
+  host.set("big", big);
+  EXPECT_EQ(client.get("big"), big);
+
+  // get and wait block until another client sets the key.
+  auto later = std::async(std::launch::async, [&] {
+    std::this_thread::sleep_for(50ms);
+    TcpStore other("127.0.0.1", host.port(), false, 2000ms);
+    other.set("late", {'1'});
+  });
+  client.wait({"a", "late"});
+  EXPECT_EQ(client.get("late"), std::vector<char>{'1'});
+  later.get();
+}
+
+TEST(RtrainCommStore, GetOfAMissingKeyTimesOutQuickly) {
+  TcpStore host("127.0.0.1", 0, true, 2000ms);
+  TcpStore client("127.0.0.1", host.port(), false, 150ms);
+  const auto start = Clock::now();
+  const Error e = error_of([&] { client.get("never"); });
+  EXPECT_EQ(e.code(), Exit::Unavailable);
+  EXPECT_NE(std::string(e.what()).find("timed out"), std::string::npos) << e.what();
+  EXPECT_NE(std::string(e.what()).find("'never'"), std::string::npos) << e.what();
+  EXPECT_LT(seconds_since(start), 1.0);
+  EXPECT_EQ(error_of([&] { client.wait({"never"}, 50ms); }).code(), Exit::Unavailable);
+  // The connection was reset; the next request reconnects and gets its own answer.
+  host.set("k", {'v'});
+  EXPECT_EQ(client.get("k"), std::vector<char>{'v'});
+}
+
+TEST(RtrainCommStore, ClientGivesUpWhenNoHostListens) {
+  const int port = free_port();
+  const auto start = Clock::now();
+  const Error e = error_of([&] { TcpStore client("127.0.0.1", port, false, 200ms); });
+  EXPECT_EQ(e.code(), Exit::Unavailable);
+  EXPECT_NE(std::string(e.what()).find(std::to_string(port)), std::string::npos) << e.what();
+  EXPECT_GE(seconds_since(start), 0.15);
+  EXPECT_LT(seconds_since(start), 1.5);
+}
+
+TEST(RtrainCommStore, ClientWaitsForALateHost) {
+  const int port = free_port();
+  auto host = std::async(std::launch::async, [port] {
+    std::this_thread::sleep_for(100ms);
+    auto h = std::make_unique<TcpStore>("127.0.0.1", port, true, 2000ms);
+    h->set("up", {'1'});
+    return h;
+  });
+  TcpStore client("127.0.0.1", port, false, 3000ms);
+  EXPECT_EQ(client.get("up"), std::vector<char>{'1'});
+  auto h = host.get();
+  h.reset();  // the host goes: the client's next request fails instead of hanging
+  EXPECT_EQ(error_of([&] { client.get("up"); }).code(), Exit::Unavailable);
+}
+
+TEST(RtrainCommStore, PortInUseIsUnavailable) {
+  TcpStore host("127.0.0.1", 0, true, 1000ms);
+  const Error e = error_of([&] { TcpStore second("127.0.0.1", host.port(), true, 1000ms); });
+  EXPECT_EQ(e.code(), Exit::Unavailable);
+}
+
+// --- Communicator ---------------------------------------------------------------------
+
+TEST(RtrainComm, HiddenFraction) {
+  EXPECT_EQ((CommTimes{0, 0}.hidden_fraction()), 1);
+  EXPECT_EQ((CommTimes{0, 0.5}.hidden_fraction()), 1);
+  EXPECT_EQ((CommTimes{2, 0.5}.hidden_fraction()), 0.75);
+  EXPECT_EQ((CommTimes{1, 3}.hidden_fraction()), 0);
+}
+
+TEST(RtrainComm, WorldOfOneIsANoOp) {
+  auto comm = Communicator::connect(DistEnv{}, 100ms);
+  EXPECT_EQ(comm->rank(), 0);
+  EXPECT_EQ(comm->world(), 1);
+  std::vector<float> f = {1.5f, -2};
+  std::vector<double> d = {3.25};
+  comm->allreduce_sum(f.data(), f.size());
+  comm->allreduce_sum(d.data(), d.size());
+  comm->broadcast(f.data(), sizeof(float) * f.size(), 0);
+  comm->barrier();
+  EXPECT_EQ(f, (std::vector<float>{1.5f, -2}));
+  EXPECT_EQ(d, std::vector<double>{3.25});
+  EXPECT_EQ(error_of([&] { comm->broadcast(f.data(), 4, 1); }).code(), Exit::Usage);
+
+  std::vector<float> g = {1, 2, 3, 4};
+  comm->set_buckets(g.data(), {{0, 2}, {2, 2}}, 1.0f);
+  comm->begin_step();
+  comm->ready(1);
+  comm->ready(0);
+  const CommTimes t = comm->wait();
+  EXPECT_EQ(t.comm_s, 0);
+  EXPECT_EQ(t.exposed_s, 0);
+  EXPECT_EQ(t.hidden_fraction(), 1);
+  EXPECT_EQ(g, (std::vector<float>{1, 2, 3, 4}));
+}
+
+TEST(RtrainComm, BucketMisuseIsASoftwareError) {
+  auto comm = Communicator::connect(DistEnv{}, 100ms);
+  std::vector<float> g(8);
+  comm->set_buckets(g.data(), {{0, 4}, {4, 4}}, 1.0f);
+  EXPECT_EQ(error_of([&] { comm->ready(0); }).code(), Exit::Software);  // no step open
+  EXPECT_EQ(error_of([&] { comm->wait(); }).code(), Exit::Software);
+  comm->begin_step();
+  EXPECT_EQ(error_of([&] { comm->begin_step(); }).code(), Exit::Software);
+  EXPECT_EQ(error_of([&] { comm->ready(2); }).code(), Exit::Software);
+  comm->ready(0);
+  EXPECT_EQ(error_of([&] { comm->ready(0); }).code(), Exit::Software);
+  const Error e = error_of([&] { comm->wait(); });
+  EXPECT_EQ(e.code(), Exit::Software);
+  EXPECT_EQ(std::string(e.what()), "wait: bucket 1 was never readied this step");
+}
+
+TEST(RtrainComm, BlockingCollectivesOnTwoAndThreeRanks) {
+  for (int world : {2, 3}) {
+    std::vector<std::vector<float>> floats(static_cast<std::size_t>(world));
+    run_ranks(world, [&](Communicator& comm) {
+      const int r = comm.rank();
+      EXPECT_EQ(comm.world(), world);
+      // Integers: the sum is exact in any order.
+      std::vector<float> f(1000);
+      for (std::size_t i = 0; i < f.size(); ++i) f[i] = static_cast<float>(static_cast<int>(i) * (r + 1) - 300);
+      comm.allreduce_sum(f.data(), f.size());
+      const int ranks_sum = world * (world + 1) / 2;  // sum of (r + 1)
+      for (std::size_t i = 0; i < f.size(); ++i)
+        ASSERT_EQ(f[i], static_cast<float>(static_cast<int>(i) * ranks_sum - 300 * world)) << i;
+
+      std::vector<double> d(3, static_cast<double>(r) + 0.5);
+      comm.allreduce_sum(d.data(), d.size());
+      EXPECT_EQ(d, std::vector<double>(3, world * (world - 1) / 2.0 + 0.5 * world));
+
+      // Fractions: not exact, but the same bits on every rank.
+      std::vector<float> x(5000);
+      for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::sin(static_cast<float>(i + 1) * (r + 1.37f)) / 3.0f;
+      comm.allreduce_sum(x.data(), x.size());
+      floats[static_cast<std::size_t>(r)] = x;
+
+      const int root = world - 1;
+      std::vector<char> bytes(777, static_cast<char>(r == root ? 42 : r));
+      comm.broadcast(bytes.data(), bytes.size(), root);
+      EXPECT_EQ(bytes, std::vector<char>(777, 42));
+      comm.barrier();
+      EXPECT_EQ(error_of([&] { comm.broadcast(bytes.data(), 1, world); }).code(), Exit::Usage);
+    });
+    for (int r = 1; r < world; ++r)
+      EXPECT_EQ(std::memcmp(floats[0].data(), floats[static_cast<std::size_t>(r)].data(), floats[0].size() * 4), 0)
+          << "rank " << r << " of " << world;
+  }
+}
+
+TEST(RtrainComm, BucketsInReverseOrderAreSummedAndScaled) {
+  constexpr int kWorld = 3;
+  const std::vector<std::pair<std::size_t, std::size_t>> buckets = {{0, 1000}, {1000, 0}, {1000, 4000}, {5000, 7}};
+  constexpr std::size_t kN = 5007;
+  std::vector<std::vector<float>> exact(kWorld), frac(kWorld), frac_again(kWorld);
+  run_ranks(kWorld, [&](Communicator& comm) {
+    const auto r = static_cast<std::size_t>(comm.rank());
+    std::vector<float> g(kN);
+    comm.set_buckets(g.data(), buckets, 0.25f);
+    const auto step = [&](const std::function<float(std::size_t)>& value) {
+      for (std::size_t i = 0; i < kN; ++i) g[i] = value(i);
+      comm.begin_step();
+      for (std::size_t b = buckets.size(); b-- > 0;) comm.ready(b);
+      const CommTimes t = comm.wait();
+      EXPECT_GT(t.comm_s, 0);
+      EXPECT_GE(t.exposed_s, 0);
+      EXPECT_GE(t.hidden_fraction(), 0);
+      EXPECT_LE(t.hidden_fraction(), 1);
+      return g;
+    };
+    exact[r] = step([&](std::size_t i) { return static_cast<float>(static_cast<int>(i % 100) + static_cast<int>(r)); });
+    const auto frac_value = [&](std::size_t i) {
+      return std::cos(static_cast<float>(i) * 0.37f + static_cast<float>(r));
+    };
+    frac[r] = step(frac_value);
+    frac_again[r] = step(frac_value);
+  });
+  for (std::size_t i = 0; i < kN; ++i)  // sum over ranks of (i % 100 + r), times 0.25
+    ASSERT_EQ(exact[0][i], static_cast<float>(3 * static_cast<int>(i % 100) + 3) * 0.25f) << i;
+  for (std::size_t r = 0; r < kWorld; ++r) {
+    EXPECT_EQ(std::memcmp(exact[0].data(), exact[r].data(), kN * 4), 0) << r;
+    EXPECT_EQ(std::memcmp(frac[0].data(), frac[r].data(), kN * 4), 0) << "ranks differ: " << r;
+    EXPECT_EQ(std::memcmp(frac[r].data(), frac_again[r].data(), kN * 4), 0) << "steps differ: " << r;
+  }
+}
+
+TEST(RtrainComm, ConnectGivesUpWhenARankNeverComes) {
+  const int port = free_port();
+  for (int rank : {0, 1}) {  // rank 0 waits for rank 1's address; rank 1 for the store itself
+    const auto start = Clock::now();
+    const Error e = error_of([&] { Communicator::connect(env_for(rank, 2, port), 300ms); });
+    EXPECT_EQ(e.code(), Exit::Unavailable) << rank;
+    EXPECT_NE(std::string(e.what()).find("rendezvous: store 127.0.0.1:"), std::string::npos) << e.what();
+    EXPECT_LT(seconds_since(start), 1.5) << rank;
+  }
+}
+
+TEST(RtrainComm, APeerThatLeavesFailsTheNextCollective) {
+  const int port = free_port();
+  std::promise<void> left;
+  auto peer = std::async(std::launch::async, [&] {
+    auto comm = Communicator::connect(env_for(1, 2, port), 3000ms);
+    comm->barrier();
+    comm.reset();  // closes its connections, as a process that exits
+    left.set_value();
+  });
+  auto comm = Communicator::connect(env_for(0, 2, port), 3000ms);
+  comm->barrier();
+  left.get_future().wait();
+  peer.get();
+  std::vector<float> x(1024, 1.0f);
+  const auto start = Clock::now();
+  const Error e = error_of([&] { comm->allreduce_sum(x.data(), x.size()); });
+  EXPECT_EQ(e.code(), Exit::Unavailable);
+  EXPECT_NE(std::string(e.what()).find("rank 0 of 2: allreduce #1 (1024 floats) with rank 1: "), std::string::npos)
+      << e.what();
+  EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos);
+  EXPECT_LT(seconds_since(start), 3.0);
+  // Broken: every later call fails at once with the same error.
+  const auto again = Clock::now();
+  EXPECT_EQ(std::string(error_of([&] { comm->barrier(); }).what()), e.what());
+  EXPECT_LT(seconds_since(again), 0.5);
+}
+
+TEST(RtrainComm, AStalledPeerTimesOutOnTheCaller) {
+  const int port = free_port();
+  std::promise<void> done;
+  auto peer = std::async(std::launch::async, [&] {
+    auto comm = Communicator::connect(env_for(1, 2, port), 600ms);
+    done.get_future().wait();  // alive, but never joins the collective
+  });
+  auto comm = Communicator::connect(env_for(0, 2, port), 600ms);
+  std::vector<float> g(64, 1.0f);
+  comm->set_buckets(g.data(), {{0, 32}, {32, 32}}, 1.0f);
+  comm->begin_step();
+  comm->ready(0);
+  comm->ready(1);
+  const auto start = Clock::now();
+  const Error e = error_of([&] { comm->wait(); });
+  const double took = seconds_since(start);
+  done.set_value();
+  peer.get();
+  EXPECT_EQ(e.code(), Exit::Unavailable);
+  EXPECT_NE(std::string(e.what()).find("bucket 0"), std::string::npos) << e.what();
+  EXPECT_GE(took, 0.5);
+  EXPECT_LT(took, 2.0);
+}
+
+// A real kill -9: the peer is a forked child that connects, joins a barrier, then waits
+// to be killed; the parent's next collective must fail within the timeout.
+TEST(RtrainComm, AKilledPeerProcessFailsTheNextCollective) {
+  const int port = free_port();
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::alarm(10);  // never outlive a failed parent for long
+    try {
+      auto comm = Communicator::connect(env_for(1, 2, port), 3000ms);
+      comm->barrier();
+      for (;;) ::pause();
+    } catch (...) {
+    }
+    ::_exit(1);
+  }
+  auto comm = Communicator::connect(env_for(0, 2, port), 3000ms);
+  comm->barrier();
+  ::kill(child, SIGKILL);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  EXPECT_TRUE(WIFSIGNALED(status));
+  std::vector<double> x(1 << 16, 1.0);
+  const auto start = Clock::now();
+  const Error e = error_of([&] { comm->allreduce_sum(x.data(), x.size()); });
+  EXPECT_EQ(e.code(), Exit::Unavailable);
+  EXPECT_LT(seconds_since(start), 3.0);
+}
+
+// The peer is killed while a large all-reduce is under way: writes to its dead socket
+// fail (EPIPE) without SIGPIPE killing this process, and the call throws.
+TEST(RtrainComm, APeerKilledMidCollectiveFailsIt) {
+  const int port = free_port();
+  constexpr std::size_t kN = std::size_t{16} << 20;  // 64 MiB of floats: tens of ms at least
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::alarm(10);
+    try {
+      auto comm = Communicator::connect(env_for(1, 2, port), 3000ms);
+      std::vector<float> x(kN, 1.0f);
+      comm->barrier();
+      comm->allreduce_sum(x.data(), x.size());
+    } catch (...) {
+    }
+    ::_exit(1);
+  }
+  auto comm = Communicator::connect(env_for(0, 2, port), 3000ms);
+  std::vector<float> x(kN, 1.0f);
+  comm->barrier();
+  std::thread killer([child] {
+    std::this_thread::sleep_for(20ms);
+    ::kill(child, SIGKILL);
+  });
+  const auto start = Clock::now();
+  const Error e = error_of([&] { comm->allreduce_sum(x.data(), x.size()); });
+  killer.join();
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  EXPECT_EQ(e.code(), Exit::Unavailable);
+  EXPECT_LT(seconds_since(start), 3.0);
+}
+
+// The time of a 4 MiB float all-reduce between two ranks (threads), printed for the record.
+TEST(RtrainComm, Allreduce4MiBBetweenTwoRanks) {
+  std::vector<double> times;
+  run_ranks(2, [&](Communicator& comm) {
+    std::vector<float> x((4 << 20) / sizeof(float), 1.0f);
+    std::vector<double> mine;
+    for (int i = 0; i < 6; ++i) {
+      comm.barrier();
+      const auto start = Clock::now();
+      comm.allreduce_sum(x.data(), x.size());
+      mine.push_back(seconds_since(start));
+    }
+    EXPECT_EQ(x[12345], 64.0f);  // 1 doubled six times
+    if (comm.rank() == 0) times = mine;
+  });
+  ASSERT_EQ(times.size(), 6u);
+  std::sort(times.begin() + 1, times.end());  // the first one warms up
+  const double median = times[3];
+  RecordProperty("allreduce_4mib_ms", std::to_string(median * 1e3));
+  std::printf("4 MiB float allreduce, 2 ranks: median %.2f ms (%.2f GB/s algbw)\n", median * 1e3,
+              4.194304e-3 / median);
+}
+
+}  // namespace
+}  // namespace rkit::rtrain

@@ -1,0 +1,341 @@
+// rtrain run: the training loop (see run.hpp).
+#include "run.hpp"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <numbers>
+
+#include "checkpoint.hpp"
+#include "comm.hpp"
+#include "data.hpp"
+#include "device.hpp"
+#include "model.hpp"
+#include "rkit/cpus.hpp"
+#include "rkit/error.hpp"
+#include "rkit/safetensors.hpp"
+
+namespace rkit::rtrain {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+double now_unix_s() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string env_or(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::string(v) : fallback;
+}
+
+std::unique_ptr<Dataset> open_data(const TrainConfig& c) {
+  const Task task = c.loss == Loss::CrossEntropy ? Task::Classification : Task::Regression;
+  std::unique_ptr<Dataset> d;
+  if (c.data == "synthetic") {
+    SyntheticSpec s;
+    s.rows = c.rows;
+    s.features = c.layers.front();
+    s.factors = c.factors;
+    s.outputs = c.outputs();
+    s.task = task;
+    s.noise = c.noise;
+    s.seed = c.seed;
+    d = make_synthetic(s);
+  } else {
+    FileSpec f;
+    f.path = c.data;
+    f.task = task;
+    f.outputs = c.outputs();
+    d = load_dataset(f);
+  }
+  if (d->features() != c.layers.front())
+    throw Error(Exit::Usage, fmt::format("{} has {} features but the model's first layer takes {}", c.data,
+                                         d->features(), c.layers.front()));
+  if (d->outputs() != c.outputs())
+    throw Error(Exit::Usage, fmt::format("{} has {} {} but the model has {} outputs", c.data, d->outputs(),
+                                         task == Task::Classification ? "classes" : "targets", c.outputs()));
+  return d;
+}
+
+// Touches $RKIT_HEARTBEAT_FILE (rtrain launch --heartbeat-timeout) at most once a second.
+class Heartbeat {
+ public:
+  Heartbeat() : path_(env_or("RKIT_HEARTBEAT_FILE", "")) {}
+  void beat() {
+    if (path_.empty() || since(last_) < 1.0) return;
+    last_ = Clock::now();
+    ::utimensat(AT_FDCWD, path_.c_str(), nullptr, 0);
+  }
+
+ private:
+  std::string path_;
+  Clock::time_point last_{};
+};
+
+// Host buffers for one batch.
+struct Batch {
+  std::vector<float> x, y;
+  std::vector<std::int32_t> labels;
+  void fill(const Dataset& d, std::span<const std::uint64_t> rows, bool classify) {
+    x.resize(rows.size() * d.features());
+    if (classify) labels.resize(rows.size());
+    else y.resize(rows.size() * d.outputs());
+    d.gather(rows, x.data(), classify ? nullptr : y.data(), classify ? labels.data() : nullptr);
+  }
+};
+
+// The checkpoint to resume from, as rank 0 sees it, the same for every rank.
+std::string resume_path(const TrainConfig& c, Communicator& comm) {
+  std::string path;
+  if (comm.rank() == 0) {
+    if (!c.resume_from.empty()) path = c.resume_from;
+    else if (!c.ckpt_dir.empty()) path = newest_checkpoint_in(c.ckpt_dir);
+    if (path.empty()) path = env_or("RKIT_RESUME_FROM", "");
+  }
+  std::vector<char> buf(4096, 0);
+  if (path.size() >= buf.size()) throw Error(Exit::Usage, "checkpoint path longer than 4095 bytes");
+  std::memcpy(buf.data(), path.data(), path.size());
+  comm.broadcast(buf.data(), buf.size(), 0);
+  return std::string(buf.data());
+}
+
+}  // namespace
+
+double learning_rate(const TrainConfig& c, std::uint64_t step, std::uint64_t total) {
+  if (step < c.warmup_steps) return c.lr * static_cast<double>(step + 1) / static_cast<double>(c.warmup_steps);
+  const std::uint64_t span = total > c.warmup_steps ? total - c.warmup_steps : 1;
+  const double progress = std::min(1.0, static_cast<double>(step - c.warmup_steps) / static_cast<double>(span));
+  return c.min_lr + 0.5 * (c.lr - c.min_lr) * (1 + std::cos(std::numbers::pi * progress));
+}
+
+std::vector<std::vector<std::size_t>> make_buckets(const std::vector<std::size_t>& layer_bytes, double bucket_bytes) {
+  std::vector<std::vector<std::size_t>> buckets;
+  double filled = bucket_bytes;  // forces a new bucket for the first layer
+  for (std::size_t l = layer_bytes.size(); l-- > 0;) {
+    if (filled >= bucket_bytes) {
+      buckets.emplace_back();
+      filled = 0;
+    }
+    buckets.back().push_back(l);
+    filled += static_cast<double>(layer_bytes[l]);
+  }
+  return buckets;
+}
+
+Json run_training(const TrainConfig& c, const std::function<void(const Json&)>& emit_record) {
+  c.validate();
+  const auto t_start = Clock::now();
+  const DistEnv env = DistEnv::from_env();
+  std::unique_ptr<Communicator> comm = Communicator::connect(env, std::chrono::seconds(300));
+  const int rank = comm->rank(), world = comm->world();
+  const bool lead = rank == 0;
+  auto emit = [&](Json fields) {
+    if (!lead) return;
+    Json rec{{"event", fields.at("event")}, {"time_unix_s", now_unix_s()}};
+    rec.update(fields);
+    emit_record(rec);
+  };
+  if (c.ckpt_every > 0 && c.ckpt_dir.empty())
+    throw Error(Exit::Usage, "checkpoints need a folder: --ckpt-dir, [checkpoint] dir or $RKIT_CKPT_DIR");
+
+  // Threads: as asked, else this node's cores shared among its ranks (LOCAL_WORLD_SIZE).
+  int threads = c.threads;
+  if (threads == 0) {
+    const int local_ranks = std::max(1, std::atoi(env_or("LOCAL_WORLD_SIZE", "1").c_str()));
+    threads = std::max(1, static_cast<int>(usable_cpus()) / local_ranks);
+  }
+  std::unique_ptr<Device> dev = make_device(c.device, threads, env.local_rank);
+  std::unique_ptr<Dataset> data = open_data(c);
+  const bool classify = c.loss == Loss::CrossEntropy;
+  const std::uint64_t eval_count = static_cast<std::uint64_t>(std::floor(static_cast<double>(data->rows()) * c.eval_fraction));
+  const std::uint64_t train_rows = data->rows() - eval_count;
+  Sampler sampler(train_rows, c.seed, rank, world, c.batch_size);
+  const std::uint64_t total = c.steps > 0 ? c.steps : c.epochs * sampler.steps_per_epoch();
+  const std::vector<std::uint64_t> my_eval = eval_rows(train_rows, data->rows(), rank, world);
+
+  Mlp net(*dev, c.layers, c.activation, c.loss, c.batch_size);
+  net.init(c.seed);
+  std::uint64_t start = 0;
+  const std::string resume = resume_path(c, *comm);
+  if (!resume.empty()) {
+    TrainState s = load_checkpoint(resume, net.tensors(), c.fingerprint(), net.parameters());
+    if (s.seed != c.seed)
+      throw Error(Exit::DataErr, fmt::format("checkpoint {} was made with seed {}, this run has seed {}", resume, s.seed, c.seed));
+    dev->copy_in(net.params(), s.params.data(), s.params.size() * sizeof(float));
+    dev->copy_in(net.exp_avg(), s.exp_avg.data(), s.exp_avg.size() * sizeof(float));
+    dev->copy_in(net.exp_avg_sq(), s.exp_avg_sq.data(), s.exp_avg_sq.size() * sizeof(float));
+    start = static_cast<std::uint64_t>(s.step);
+    emit({{"event", "resume"}, {"step", start}, {"path", resume}});
+  }
+
+  // Buckets of whole layers, in backward order; a bucket is reduced once its layers are done.
+  std::vector<std::size_t> layer_bytes;
+  for (const LayerSlot& s : net.slots()) layer_bytes.push_back((s.in * s.out + s.out) * sizeof(float));
+  const auto buckets = make_buckets(layer_bytes, c.bucket_mb * 1024 * 1024);
+  std::vector<std::pair<std::size_t, std::size_t>> ranges;
+  std::vector<std::size_t> bucket_of(layer_bytes.size());
+  for (std::size_t b = 0; b < buckets.size(); ++b) {
+    const std::size_t lo = buckets[b].back(), hi = buckets[b].front();  // layers hi down to lo
+    ranges.emplace_back(net.slots()[lo].weight, net.slots()[hi].bias + net.slots()[hi].out - net.slots()[lo].weight);
+    for (std::size_t l : buckets[b]) bucket_of[l] = b;
+  }
+  std::unique_ptr<GradReducer> reducer = dev->make_reducer(*comm, net.grads(), ranges, 1.0f / static_cast<float>(world));
+  std::vector<std::size_t> pending(buckets.size());
+
+  std::optional<Checkpointer> ckpt;
+  double stall_s = 0, sync_pack_s = 0;  // checkpoint stalls, and what writing and packing took in the background
+  std::uint64_t checkpoints = 0;
+  if (lead && c.ckpt_every > 0)
+    ckpt.emplace(c.ckpt_dir, net.tensors(), c.pack, [&](const CheckpointDone& d) {
+      sync_pack_s += d.write_s + d.pack_s;  // read after finish(): the thread has ended its write
+      emit({{"event", "checkpoint"}, {"step", d.step}, {"path", d.path}, {"bytes", d.bytes}, {"write_s", d.write_s},
+            {"pack_s", d.pack_s}});
+    });
+  auto save = [&](std::uint64_t step) {
+    const auto t0 = Clock::now();
+    TrainState s = ckpt->take_buffer();
+    s.params.resize(net.parameters());
+    s.exp_avg.resize(net.parameters());
+    s.exp_avg_sq.resize(net.parameters());
+    dev->copy_out(s.params.data(), net.params(), s.params.size() * sizeof(float));
+    dev->copy_out(s.exp_avg.data(), net.exp_avg(), s.exp_avg.size() * sizeof(float));
+    dev->copy_out(s.exp_avg_sq.data(), net.exp_avg_sq(), s.exp_avg_sq.size() * sizeof(float));
+    s.step = static_cast<std::int64_t>(step);
+    s.seed = c.seed;
+    s.fingerprint = c.fingerprint();
+    ckpt->save(std::move(s));
+    stall_s += since(t0);
+    ++checkpoints;
+  };
+
+  Batch batch;
+  Heartbeat heartbeat;
+  const float loss_scale = 1.0f / static_cast<float>(c.batch_size * (classify ? 1 : c.outputs()));
+  const double global_rows = static_cast<double>(c.batch_size) * world;
+  double last_eval = std::numeric_limits<double>::quiet_NaN(), last_loss = last_eval;
+  std::optional<double> time_to_target;
+  double train_s = 0, compute_s = 0, comm_s = 0, exposed_s = 0, data_s = 0;
+  std::uint64_t timed_steps = 0;
+  const auto t_train = Clock::now();
+
+  auto evaluate = [&](std::uint64_t step) {
+    double sums[3] = {0, 0, 0};  // loss sum, correct, rows
+    Batch eb;
+    for (std::size_t i = 0; i < my_eval.size(); i += c.batch_size) {
+      const std::size_t n = std::min<std::size_t>(c.batch_size, my_eval.size() - i);
+      eb.fill(*data, std::span(my_eval).subspan(i, n), classify);
+      net.upload_batch(eb.x.data(), eb.y.data(), eb.labels.data(), n);
+      auto [loss_sum, correct] = net.evaluate(n);
+      sums[0] += loss_sum;
+      sums[1] += static_cast<double>(correct);
+      sums[2] += static_cast<double>(n);
+    }
+    comm->allreduce_sum(sums, 3);
+    if (sums[2] == 0) return;
+    last_eval = sums[0] / (sums[2] * (classify ? 1.0 : static_cast<double>(c.outputs())));
+    Json rec{{"event", "eval"}, {"step", step}, {"eval_loss", last_eval}};
+    if (classify) rec["accuracy"] = sums[1] / sums[2];
+    if (c.target_loss && !time_to_target && last_eval <= *c.target_loss) {
+      time_to_target = since(t_train);
+      rec["time_to_target_s"] = *time_to_target;
+    }
+    emit(rec);
+  };
+
+  for (std::uint64_t step = start; step < total; ++step) {
+    const auto t0 = Clock::now();
+    batch.fill(*data, sampler.batch(step), classify);
+    net.upload_batch(batch.x.data(), batch.y.data(), batch.labels.data(), c.batch_size);
+    const double t_data = since(t0);
+
+    reducer->begin_step();
+    for (std::size_t b = 0; b < buckets.size(); ++b) pending[b] = buckets[b].size();
+    const double loss_sum = net.forward_backward(c.batch_size, loss_scale, [&](std::size_t layer) {
+      if (--pending[bucket_of[layer]] == 0) reducer->ready(bucket_of[layer]);
+    });
+    const CommTimes ct = reducer->wait();
+    const double norm = std::sqrt(net.grad_norm_squared());
+    if (!std::isfinite(norm))
+      throw Error(Exit::DataErr, fmt::format("step {}: the gradient is not finite (loss {}): lower the learning rate", step + 1, loss_sum));
+    const float clip = c.clip_grad_norm > 0 && norm > c.clip_grad_norm ? static_cast<float>(c.clip_grad_norm / (norm + 1e-6)) : 1.0f;
+    const double lr = learning_rate(c, step, total);
+    net.step(kernels::AdamwStep::make(static_cast<float>(lr), static_cast<float>(c.beta1), static_cast<float>(c.beta2),
+                                      static_cast<float>(c.eps), static_cast<float>(c.weight_decay), clip,
+                                      static_cast<std::int64_t>(step + 1)));
+    dev->synchronize();
+    const double step_s = since(t0);
+    train_s += step_s;
+    compute_s += step_s - t_data - ct.exposed_s;
+    comm_s += ct.comm_s;
+    exposed_s += ct.exposed_s;
+    data_s += t_data;
+    ++timed_steps;
+    heartbeat.beat();
+
+    const std::uint64_t done = step + 1;
+    if (done % c.log_every == 0 || done == total) {
+      double l = loss_sum;
+      comm->allreduce_sum(&l, 1);
+      last_loss = l * static_cast<double>(loss_scale) / world;
+      emit({{"event", "step"},
+            {"step", done},
+            {"loss", last_loss},
+            {"lr", lr},
+            {"samples_per_s", global_rows / step_s},
+            {"step_time_s", step_s},
+            {"data_s", t_data},
+            {"compute_s", step_s - t_data - ct.exposed_s},
+            {"comm_s", ct.comm_s},
+            {"comm_hidden", ct.hidden_fraction()},
+            {"grad_norm", norm}});
+    }
+    if ((c.eval_every > 0 && done % c.eval_every == 0) || done == total) evaluate(done);
+    if (ckpt && (done % c.ckpt_every == 0 || done == total)) save(done);
+  }
+  if (ckpt) ckpt->finish();
+
+  if (lead && !c.output.empty()) {
+    std::vector<float> w(net.parameters());
+    dev->copy_out(w.data(), net.params(), w.size() * sizeof(float));
+    safetensors::Writer out;
+    out.set_metadata("format", "pt");
+    out.set_metadata("rkit.model", c.fingerprint());
+    for (const Mlp::Tensor& t : net.tensors())
+      out.add(t.name, safetensors::Dtype::F32, t.shape, std::as_bytes(std::span(w.data() + t.offset, t.count)));
+    out.write(c.output);
+  }
+  const double steps_run = static_cast<double>(timed_steps);
+  Json summary{{"event", "summary"},
+               {"device", dev->name()},
+               {"world_size", world},
+               {"parameters", net.parameters()},
+               {"steps", total},
+               {"start_step", start},
+               {"loss", last_loss},
+               {"eval_loss", last_eval},
+               {"samples_per_s", train_s > 0 ? global_rows * steps_run / train_s : 0.0},
+               {"step_time_s", steps_run > 0 ? train_s / steps_run : 0.0},
+               {"data_s", steps_run > 0 ? data_s / steps_run : 0.0},
+               {"compute_s", steps_run > 0 ? compute_s / steps_run : 0.0},
+               {"comm_s", steps_run > 0 ? comm_s / steps_run : 0.0},
+               {"comm_hidden", comm_s > 0 ? std::clamp(1 - exposed_s / comm_s, 0.0, 1.0) : 1.0},
+               {"checkpoints", checkpoints},
+               {"checkpoint_stall_s", stall_s},
+               {"checkpoint_background_s", sync_pack_s},
+               {"wall_s", since(t_start)}};
+  if (c.target_loss) summary["time_to_target_s"] = time_to_target ? Json(*time_to_target) : Json(nullptr);
+  if (!c.output.empty()) summary["output"] = c.output;
+  emit(summary);
+  return lead ? summary : Json();
+}
+
+}  // namespace rkit::rtrain
