@@ -22,7 +22,8 @@ trap 'rm -rf "$tmp"' EXIT
 cd "$tmp"
 PAIRS=${PAIRS:-7}
 STEPS=60
-workload=(--steps "$STEPS" --warmup-steps 5 --rows 60000 --json -q)
+common=(--warmup-steps 5 --rows 60000 --json -q)
+workload=(--steps "$STEPS" "${common[@]}")
 
 rkit_rate() { "$rtrain" run "${workload[@]}" --threads "$1" | jq .samples_per_s; }
 # torch.set_num_threads sets PyTorch's own threads, not OpenBLAS's (its default: every
@@ -59,8 +60,8 @@ jq -n -c --argjson two "$two" --argjson one "$one" '
     rkit_value: $two, anchor_value: (2 * $one), value: ($two / (2 * $one)), goal_min: 0, values_unit: "samples/s" }'
 
 # Checkpoint stall against a synchronous write + pack.
-"$rtrain" run "${workload[@]}" --steps 200 --ckpt-every 20 --ckpt-dir ck --events ck.jsonl --threads 2 >/dev/null
-"$rtrain" run "${workload[@]}" --steps 20 --ckpt-every 20 --ckpt-dir folders --no-pack --threads 2 >/dev/null
+"$rtrain" run "${common[@]}" --steps 200 --ckpt-every 20 --ckpt-dir ck --events ck.jsonl --threads 2 >/dev/null
+"$rtrain" run "${common[@]}" --steps 20 --ckpt-every 20 --ckpt-dir folders --no-pack --threads 2 >/dev/null
 for ((i = 0; i < 5; i++)); do
   start=$EPOCHREALTIME
   "$rckpt" pack folders/step-20 -o sync.rkpt -q

@@ -35,7 +35,8 @@ small=(--layers 32,64,64,1 --rows 20000 --threads 1)
 @test "2 ranks with half the batch each follow the 1-rank loss curve within 1e-5 over 100 steps" {
   args=("${small[@]}" --steps 100 --log-every 1 --warmup-steps 10 -q)
   run -0 rtrain run "${args[@]}" --batch-size 128 --events one.jsonl
-  run -0 rtrain launch --nproc-per-node 2 --master-port 0 -- rtrain run "${args[@]}" --batch-size 64 --events two.jsonl
+  # buckets of 10 KiB: each layer's gradients all-reduced on their own, during the backward pass
+  run -0 rtrain launch --nproc-per-node 2 --master-port 0 -- rtrain run "${args[@]}" --batch-size 64 --bucket-mb 0.01 --events two.jsonl
   jq -e -s 'map(select(.event == "summary"))[0].world_size == 2' two.jsonl
   jq -s -c '[.[] | select(.event == "step") | .loss]' one.jsonl >one
   jq -s -c '[.[] | select(.event == "step") | .loss]' two.jsonl >two
@@ -59,7 +60,8 @@ small=(--layers 32,64,64,1 --rows 20000 --threads 1)
   kill -9 "$victim"
   wait "$launcher"
   jq -e -s 'map(select(.event == "restart")) | length == 1' launch.jsonl
-  jq -e -s 'map(select(.event == "resume"))[0] | .step >= 50 and .step < 400 and (.path | endswith(".rkpt"))' run.jsonl
+  # an archive, or the step folder itself when the kill came before its packing ended
+  jq -e -s 'map(select(.event == "resume"))[0] | .step >= 50 and .step < 400 and (.path | test("step-[0-9]+(.rkpt)?$"))' run.jsonl
   assert_equal "$(sha256sum <out.safetensors | cut -d' ' -f1)" "$(sha256sum <ref.safetensors | cut -d' ' -f1)"
   run -0 rckpt verify ck/step-400.rkpt
   run -0 rckpt ls ck/step-400.rkpt
@@ -151,4 +153,40 @@ threads = 1
 TOML
   run -0 rtrain run run.toml --steps 12 --json -q
   jq -e '.steps == 12 and .parameters == (16*32+32+32+1)' <<<"$output"
+}
+
+@test "records stay whole while checkpoints complete in the background; --events - keeps stdout JSON" {
+  run -0 rtrain run --layers 8,16,1 --rows 2000 --batch-size 16 --steps 300 --log-every 1 --ckpt-every 1 --no-pack \
+    --ckpt-dir ck --events ev.jsonl --json
+  jq -e -s 'map(select(.event == "checkpoint")) | length == 300' ev.jsonl
+  jq -e -s 'map(select(.event == "checkpoint")) | length == 300' <<<"$output"
+  run -0 rtrain run --layers 8,16,1 --rows 2000 --batch-size 16 --steps 20 --events -
+  [[ $(jq -r -s 'map(.event) | join(",")' <<<"$output") == step,step,eval,summary ]]
+}
+
+@test "a step folder half removed by a kill is passed over for the archive of the same step" {
+  run -0 rtrain run "${small[@]}" --steps 20 --ckpt-every 20 --ckpt-dir ck
+  mkdir ck/step-20 ck/.step-20.tmp-999999999
+  : >ck/step-20/optimizer.safetensors
+  run -0 rtrain run "${small[@]}" --steps 30 --ckpt-dir ck --ckpt-every 10 --json -q
+  jq -e '.start_step == 20' <<<"$output"
+  [[ ! -e ck/.step-20.tmp-999999999 ]]  # what a dead process left is removed when checkpointing starts
+}
+
+@test "--epochs counts passes over the training rows" {
+  run -0 rtrain run --layers 8,16,1 --rows 2000 --batch-size 100 --epochs 2 --json -q
+  jq -e '.steps == 38' <<<"$output"  # 1900 training rows (5% held out): 19 steps an epoch
+}
+
+@test "refused before training: a checkpoint past the last step, an --output folder that is missing, a model too big" {
+  run -0 rtrain run "${small[@]}" --steps 20 --ckpt-every 20 --ckpt-dir ck
+  run --separate-stderr rtrain run "${small[@]}" --steps 15 --ckpt-dir ck
+  assert_equal "$status" 64
+  assert_equal "$stderr" "rtrain: error: checkpoint ck/step-20.rkpt is of step 20, past this run's last step 15"
+  run --separate-stderr rtrain run "${small[@]}" --steps 15 --output no/such/w.safetensors
+  assert_equal "$status" 66
+  assert_equal "$stderr" "rtrain: error: --output no/such/w.safetensors: no folder no/such"
+  run --separate-stderr rtrain run --layers 1048576,1048576,1 --steps 1
+  assert_equal "$status" 64
+  [[ $stderr == "rtrain: error: the model and batch need "*" GiB, more than this machine's "* ]]
 }

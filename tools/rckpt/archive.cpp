@@ -99,6 +99,16 @@ std::string Archive::base_path(std::size_t i) const {
   return name.front() == '/' ? name : parent_dir(path_) + "/" + name;
 }
 
+bool Archive::complete(const std::string& path) {
+  try {
+    Archive a = open(path);
+    a.open_bases();
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
 void Archive::open_bases() {
   if (bases_.size() == manifest_.bases.size()) return;
   bases_.clear();

@@ -28,6 +28,10 @@ namespace rkit::rckpt {
 class Archive {
  public:
   static Archive open(const std::string& path);
+  // Whether `path` is a whole archive a restart may use: it opens (its index and
+  // manifest, written last, are there) and so do its incremental bases. False while
+  // one is being written, after a crash truncated it, or with a base missing.
+  static bool complete(const std::string& path);
   Archive(Archive&&) noexcept;
   Archive& operator=(Archive&&) noexcept;
   ~Archive();

@@ -2,6 +2,7 @@
 #include "checkpoint.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -96,14 +97,43 @@ void take_f32(const LoadedFile& f, const std::string& file, const std::string& n
   std::memcpy(out, it->second.data(), it->second.size());
 }
 
+// A step folder whose two files both have whole safetensors headers and sizes.
+bool folder_complete(const fs::path& dir) {
+  try {
+    st::read_header((dir / "model.safetensors").string());
+    st::read_header((dir / "optimizer.safetensors").string());
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+// Removes .step-N.tmp-PID, .step-N.del-PID and .restore-NAME-PID entries of `dir` whose
+// process is gone: what a killed run left behind.
+void remove_abandoned(const std::string& dir) {
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    const std::size_t dash = name.find_last_of('-');
+    const std::string_view head = std::string_view(name).substr(0, dash);
+    if (!(name.starts_with(".step-") && (head.ends_with(".tmp") || head.ends_with(".del"))) &&
+        !name.starts_with(".restore-"))
+      continue;  // (rckpt's own temporary files, .NAME.tmp.XXXXXX, are its business)
+    const std::string_view pid = std::string_view(name).substr(dash + 1);
+    if (pid.empty() || pid.size() > 9 || pid.find_first_not_of("0123456789") != std::string_view::npos) continue;
+    if (::kill(std::stoi(std::string(pid)), 0) == 0 || errno != ESRCH) continue;  // alive, or not ours to tell
+    fs::remove_all(entry.path(), ec);
+  }
+}
+
 }  // namespace
 
-Checkpointer::Checkpointer(std::string dir, std::vector<Mlp::Tensor> layout, bool pack,
-                           std::function<void(const CheckpointDone&)> on_done)
-    : dir_(std::move(dir)), layout_(std::move(layout)), pack_(pack), on_done_(std::move(on_done)) {
+Checkpointer::Checkpointer(std::string dir, std::vector<Mlp::Tensor> layout, bool pack)
+    : dir_(std::move(dir)), layout_(std::move(layout)), pack_(pack) {
   std::error_code ec;
   fs::create_directories(dir_, ec);
   if (ec) throw Error(Exit::IoErr, fmt::format("checkpoint directory {}: {}", dir_, ec.message()));
+  remove_abandoned(dir_);
   thread_ = std::thread([this] { worker(); });
 }
 
@@ -116,8 +146,15 @@ Checkpointer::~Checkpointer() {
   if (thread_.joinable()) thread_.join();
 }
 
-TrainState Checkpointer::take_buffer() {
+std::vector<CheckpointDone> Checkpointer::take_done() {
   std::lock_guard lock(mu_);
+  return std::exchange(done_, {});
+}
+
+TrainState Checkpointer::take_buffer() {
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [&] { return !busy_ || error_; });
+  if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
   TrainState s = spare_ ? std::move(*spare_) : TrainState{};
   spare_.reset();
   return s;
@@ -213,35 +250,32 @@ void Checkpointer::write(const TrainState& s) {
     if (!r.status.success())
       throw Error(Exit::IoErr, fmt::format("rckpt pack {}: {}: {}", final_dir, r.status.describe(),
                                            r.err.substr(0, r.err.find('\n'))));
-    fs::remove_all(final_dir, ec);  // the archive is the checkpoint now
+    // The archive is the checkpoint now. The folder is renamed away first: a kill during
+    // the removal must not leave a partial step-N/ that looks like a checkpoint.
+    const std::string doomed = fmt::format("{}/.{}.del-{}", dir_, name, ::getpid());
+    fs::rename(final_dir, doomed, ec);
+    if (!ec) fs::remove_all(doomed, ec);
     done.pack_s = seconds_since(t1);
     done.path = archive;
   }
-  if (on_done_) on_done_(done);
+  std::lock_guard lock(mu_);
+  done_.push_back(std::move(done));
 }
 
 std::string newest_checkpoint_in(const std::string& dir) {
-  std::map<std::int64_t, std::string, std::greater<>> found;  // newest first; a folder wins a tie
+  std::map<std::int64_t, std::string, std::greater<>> found;  // newest first; an archive wins a tie
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
-    if (auto n = step_of(name, false); n && entry.is_directory(ec)) found[*n] = entry.path().string();
+    if (auto n = step_of(name, true); n && entry.is_regular_file(ec) && rckpt::Archive::complete(entry.path()))
+      found[*n] = entry.path().string();
   }
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
-    if (auto n = step_of(name, true); n && !found.count(*n) && entry.is_regular_file(ec)) found[*n] = entry.path().string();
+    if (auto n = step_of(name, false); n && !found.count(*n) && entry.is_directory(ec) && folder_complete(entry.path()))
+      found[*n] = entry.path().string();
   }
-  for (const auto& [n, path] : found) {
-    if (!path.ends_with(".rkpt")) return path;
-    try {
-      rckpt::Archive a = rckpt::Archive::open(path);  // its index and manifest: written last
-      a.open_bases();
-      return path;
-    } catch (const Error&) {
-      // being written, truncated by a crash, or missing a base: an older one
-    }
-  }
-  return {};
+  return found.empty() ? std::string() : found.begin()->second;
 }
 
 TrainState load_checkpoint(const std::string& path, const std::vector<Mlp::Tensor>& layout,

@@ -13,8 +13,10 @@
 // previous checkpoint is still being written): the files are written and packed by a
 // background thread.
 //
-//   Checkpointer ck(dir, true, events);
-//   double stall_s = ck.save(std::move(state));   // returns at once
+//   Checkpointer ck(dir, layout, true);
+//   TrainState s = ck.take_buffer();              // fill it from the device, then
+//   double stall_s = ck.save(std::move(s));       // returns at once
+//   for (const CheckpointDone& d : ck.take_done()) report(d);
 //   ck.finish();                                  // at the end: waits, rethrows its error
 //   std::optional<TrainState> s = load_checkpoint(newest_checkpoint_in(dir), layout);
 #pragma once
@@ -22,7 +24,6 @@
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
-#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -53,22 +54,26 @@ struct CheckpointDone {
 
 class Checkpointer {
  public:
-  // `on_done` is called from the background thread after each checkpoint.
-  Checkpointer(std::string dir, std::vector<Mlp::Tensor> layout, bool pack,
-               std::function<void(const CheckpointDone&)> on_done);
+  // Creates `dir` if needed and removes what killed runs left there (temporary folders
+  // of processes that are gone).
+  Checkpointer(std::string dir, std::vector<Mlp::Tensor> layout, bool pack);
   ~Checkpointer();  // waits for the checkpoint in progress; errors are dropped (call finish())
   Checkpointer(const Checkpointer&) = delete;
   Checkpointer& operator=(const Checkpointer&) = delete;
 
-  // A state to fill for the next save(): the one the last checkpoint was written from,
-  // its buffers already allocated and touched (the copy into them is then the whole
-  // stall), or an empty one.
+  // A state to fill for the next save(), once the checkpoint in progress is done: the
+  // one the last checkpoint was written from, its buffers already allocated and touched
+  // (the copy into them is then the whole stall), or an empty one. Rethrows an error of
+  // an earlier checkpoint.
   TrainState take_buffer();
   // Hands `state` to the background thread, first waiting for the previous checkpoint.
   // Returns the seconds it blocked. Rethrows an error of an earlier checkpoint.
   double save(TrainState&& state);
   // Waits for the checkpoint in progress; rethrows its error.
   void finish();
+  // The checkpoints completed since the last call, oldest first (for the caller's
+  // thread to report: the background thread reports nothing itself).
+  std::vector<CheckpointDone> take_done();
 
  private:
   void worker();
@@ -76,7 +81,7 @@ class Checkpointer {
   std::string dir_;
   std::vector<Mlp::Tensor> layout_;
   bool pack_;
-  std::function<void(const CheckpointDone&)> on_done_;
+  std::vector<CheckpointDone> done_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::optional<TrainState> pending_, spare_;
@@ -85,9 +90,9 @@ class Checkpointer {
   std::thread thread_;
 };
 
-// The newest complete checkpoint of `dir`: the highest N among step-N/ folders and
-// step-N.rkpt archives that open whole (a folder wins a tie); "" when there is none or
-// `dir` does not exist.
+// The newest complete checkpoint of `dir`: the highest N among step-N.rkpt archives
+// that open whole and step-N/ folders whose two files have whole headers (an archive
+// wins a tie); "" when there is none or `dir` does not exist.
 std::string newest_checkpoint_in(const std::string& dir);
 
 // Reads a checkpoint, a step-N/ folder or an .rkpt archive (unpacked into memory via a

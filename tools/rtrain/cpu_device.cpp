@@ -57,7 +57,6 @@ class CpuDevice : public Device {
   }
   void copy_in(void* dst, const void* host, std::size_t bytes) override { std::memcpy(dst, host, bytes); }
   void copy_out(void* host, const void* src, std::size_t bytes) override { std::memcpy(host, src, bytes); }
-  void copy(void* dst, const void* src, std::size_t bytes) override { std::memcpy(dst, src, bytes); }
   void gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda, const float* b, int ldb,
             float beta, float* c, int ldc) override {
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda,

@@ -39,7 +39,8 @@ class NcclReducer : public GradReducer {
  public:
   NcclReducer(Communicator& comm, cudaStream_t compute, float* grads,
               std::vector<std::pair<std::size_t, std::size_t>> buckets, float scale)
-      : compute_(compute), grads_(grads), buckets_(std::move(buckets)), scale_(scale), world_(comm.world()) {
+      : compute_(compute), grads_(grads), buckets_(std::move(buckets)), world_(comm.world()) {
+    (void)scale;  // ncclAvg divides by the world size, the scale rtrain asks for
     if (world_ > 1) {
       ncclUniqueId id{};
       if (comm.rank() == 0) check(ncclGetUniqueId(&id), "ncclGetUniqueId");
@@ -70,7 +71,6 @@ class NcclReducer : public GradReducer {
   CommTimes wait() override {
     CommTimes t;
     if (world_ == 1 || !started_) return t;
-    (void)scale_;  // ncclAvg divides by the world size, the scale rtrain asks for
     check(cudaEventRecord(comm_done_, stream_), "cudaEventRecord");
     check(cudaEventRecord(compute_done_, compute_), "cudaEventRecord");
     check(cudaStreamWaitEvent(compute_, comm_done_, 0), "cudaStreamWaitEvent");  // the optimizer sees summed gradients
@@ -88,7 +88,6 @@ class NcclReducer : public GradReducer {
   cudaStream_t compute_, stream_ = nullptr;
   float* grads_;
   std::vector<std::pair<std::size_t, std::size_t>> buckets_;
-  float scale_;
   int world_;
   ncclComm_t nccl_ = nullptr;
   std::vector<cudaEvent_t> ready_events_;
@@ -122,7 +121,9 @@ class CudaDevice : public Device {
   std::string name() const override { return name_; }
   void* alloc_bytes(std::size_t bytes) override {
     void* p = nullptr;
-    check(cudaMalloc(&p, std::max<std::size_t>(bytes, 1)), "cudaMalloc");
+    if (const cudaError_t rc = cudaMalloc(&p, std::max<std::size_t>(bytes, 1)); rc != cudaSuccess)
+      throw Error(Exit::Unavailable, fmt::format("--device cuda: cannot allocate {} bytes on {}: {}", bytes, name_,
+                                                 cudaGetErrorString(rc)));
     blocks_.push_back(p);
     check(cudaMemsetAsync(p, 0, bytes, stream_), "cudaMemset");
     return p;
@@ -134,9 +135,6 @@ class CudaDevice : public Device {
   void copy_out(void* host, const void* src, std::size_t bytes) override {
     check(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, stream_), "cudaMemcpy from the GPU");
     check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
-  }
-  void copy(void* dst, const void* src, std::size_t bytes) override {
-    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_), "cudaMemcpy on the GPU");
   }
   void gemm(bool ta, bool tb, int m, int n, int kk, float alpha, const float* a, int lda, const float* b, int ldb,
             float beta, float* c, int ldc) override {

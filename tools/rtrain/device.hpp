@@ -49,7 +49,6 @@ class Device {
   float* alloc(std::size_t n) { return static_cast<float*>(alloc_bytes(n * sizeof(float))); }
   virtual void copy_in(void* dst, const void* host, std::size_t bytes) = 0;
   virtual void copy_out(void* host, const void* src, std::size_t bytes) = 0;  // waits for the data
-  virtual void copy(void* dst, const void* src, std::size_t bytes) = 0;       // device to device
   // C = alpha op(A) op(B) + beta C, row-major: op(A) is m x k, op(B) k x n.
   virtual void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
                     const float* b, int ldb, float beta, float* c, int ldc) = 0;

@@ -652,15 +652,8 @@ std::string newest_checkpoint(const std::string& dir) {
     if (entry.path().extension() == ".rkpt" && entry.is_regular_file(ec))
       archives.emplace_back(entry.last_write_time(ec), entry.path().string());
   std::sort(archives.rbegin(), archives.rend());
-  for (const auto& [_, path] : archives) {
-    try {
-      rckpt::Archive a = rckpt::Archive::open(path);  // its index and manifest: written last
-      a.open_bases();
-      return path;
-    } catch (const Error&) {
-      // being written, truncated by a crash, or missing a base: the next one
-    }
-  }
+  for (const auto& [_, path] : archives)
+    if (rckpt::Archive::complete(path)) return path;
   return {};
 }
 

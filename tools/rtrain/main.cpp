@@ -143,7 +143,7 @@ int run_main(Tool& tool, const RunFlags& flags) {
     }
   });
   printer.finish();
-  if (summary.is_object() && o.format() == Format::Table && !o.quiet) {  // rank 0 only
+  if (summary.is_object() && o.format() == Format::Table && !o.quiet && events != &std::cout) {  // rank 0 only
     const auto steps = summary.at("steps").get<std::uint64_t>(), start = summary.at("start_step").get<std::uint64_t>();
     std::cout << fmt::format("\n{} steps on {}, {} rank{}: {:.0f} samples/s, loss {:.6g}, eval loss {:.6g}",
                              steps > start ? steps - start : 0,

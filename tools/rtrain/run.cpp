@@ -2,6 +2,7 @@
 #include "run.hpp"
 
 #include <fcntl.h>
+#include <unistd.h>
 #include <fmt/format.h>
 #include <sys/stat.h>
 
@@ -19,6 +20,7 @@
 #include "model.hpp"
 #include "rkit/cpus.hpp"
 #include "rkit/error.hpp"
+#include "rkit/file.hpp"
 #include "rkit/safetensors.hpp"
 
 namespace rkit::rtrain {
@@ -108,6 +110,32 @@ std::string resume_path(const TrainConfig& c, Communicator& comm) {
   return std::string(buf.data());
 }
 
+// The model's four buffers (weights, gradients, two moments) and the batch's activations
+// must fit in this machine's memory: a one-line refusal instead of the OOM killer.
+void check_fits_in_memory(const TrainConfig& c) {
+  double params = 0, widths = 0;
+  for (std::size_t l = 0; l + 1 < c.layers.size(); ++l) {
+    params += static_cast<double>(c.layers[l]) * static_cast<double>(c.layers[l + 1] + 1);
+    widths += static_cast<double>(c.layers[l + 1]);
+  }
+  const double rows = static_cast<double>(c.batch_size);
+  const double bytes = 4.0 * (4 * params + rows * (3 * widths + static_cast<double>(c.layers.front()) + c.outputs()));
+  const double ram = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGE_SIZE));
+  if (ram > 0 && bytes > 0.8 * ram)
+    throw Error(Exit::Usage, fmt::format("the model and batch need {:.1f} GiB, more than this machine's {:.1f} GiB allows: "
+                                         "fewer or smaller layers, or a smaller --batch-size",
+                                         bytes / (1u << 30), ram / (1u << 30)));
+}
+
+// --output is checked before hours of training, not after: its folder must be writable.
+void check_output(const std::string& path) {
+  if (path.empty()) return;
+  const std::string dir = parent_dir(path);
+  if (::access(dir.c_str(), F_OK) != 0)
+    throw Error(Exit::NoInput, fmt::format("--output {}: no folder {}", path, dir));
+  if (::access(dir.c_str(), W_OK) != 0) throw Error(Exit::NoPerm, fmt::format("--output {}: cannot write in {}", path, dir));
+}
+
 }  // namespace
 
 double learning_rate(const TrainConfig& c, std::uint64_t step, std::uint64_t total) {
@@ -153,6 +181,8 @@ Json run_training(const TrainConfig& c, const std::function<void(const Json&)>& 
     const int local_ranks = std::max(1, std::atoi(env_or("LOCAL_WORLD_SIZE", "1").c_str()));
     threads = std::max(1, static_cast<int>(usable_cpus()) / local_ranks);
   }
+  check_fits_in_memory(c);
+  check_output(c.output);
   std::unique_ptr<Device> dev = make_device(c.device, threads, env.local_rank);
   std::unique_ptr<Dataset> data = open_data(c);
   const bool classify = c.loss == Loss::CrossEntropy;
@@ -174,6 +204,8 @@ Json run_training(const TrainConfig& c, const std::function<void(const Json&)>& 
     dev->copy_in(net.exp_avg(), s.exp_avg.data(), s.exp_avg.size() * sizeof(float));
     dev->copy_in(net.exp_avg_sq(), s.exp_avg_sq.data(), s.exp_avg_sq.size() * sizeof(float));
     start = static_cast<std::uint64_t>(s.step);
+    if (start > total)
+      throw Error(Exit::Usage, fmt::format("checkpoint {} is of step {}, past this run's last step {}", resume, start, total));
     emit({{"event", "resume"}, {"step", start}, {"path", resume}});
   }
 
@@ -194,12 +226,14 @@ Json run_training(const TrainConfig& c, const std::function<void(const Json&)>& 
   std::optional<Checkpointer> ckpt;
   double stall_s = 0, sync_pack_s = 0;  // checkpoint stalls, and what writing and packing took in the background
   std::uint64_t checkpoints = 0;
-  if (lead && c.ckpt_every > 0)
-    ckpt.emplace(c.ckpt_dir, net.tensors(), c.pack, [&](const CheckpointDone& d) {
-      sync_pack_s += d.write_s + d.pack_s;  // read after finish(): the thread has ended its write
+  if (lead && c.ckpt_every > 0) ckpt.emplace(c.ckpt_dir, net.tensors(), c.pack);
+  auto report_checkpoints = [&] {
+    for (const CheckpointDone& d : ckpt->take_done()) {
+      sync_pack_s += d.write_s + d.pack_s;
       emit({{"event", "checkpoint"}, {"step", d.step}, {"path", d.path}, {"bytes", d.bytes}, {"write_s", d.write_s},
             {"pack_s", d.pack_s}});
-    });
+    }
+  };
   auto save = [&](std::uint64_t step) {
     const auto t0 = Clock::now();
     TrainState s = ckpt->take_buffer();
@@ -300,8 +334,12 @@ Json run_training(const TrainConfig& c, const std::function<void(const Json&)>& 
     }
     if ((c.eval_every > 0 && done % c.eval_every == 0) || done == total) evaluate(done);
     if (ckpt && (done % c.ckpt_every == 0 || done == total)) save(done);
+    if (ckpt) report_checkpoints();
   }
-  if (ckpt) ckpt->finish();
+  if (ckpt) {
+    ckpt->finish();
+    report_checkpoints();
+  }
 
   if (lead && !c.output.empty()) {
     std::vector<float> w(net.parameters());

@@ -50,13 +50,13 @@ struct TrainConfig {
   std::uint64_t ckpt_every = 0;    // steps between checkpoints (0: none)
   std::string ckpt_dir;            // default $RKIT_CKPT_DIR
   bool pack = true;                // rckpt pack each checkpoint in the background
-  std::string resume_from;         // default $RKIT_RESUME_FROM, else the newest complete in ckpt_dir
+  std::string resume_from;         // default: the newest complete in ckpt_dir, else $RKIT_RESUME_FROM
   // outputs
   std::string output;              // final weights (safetensors, rank 0)
   std::string events;              // rkit.train.event.v1 records ("-": stdout)
 
   std::size_t outputs() const { return layers.back(); }
-  // Checks ranges and combinations; Error(Usage) "--lr must be > 0" style (the flag's name).
+  // Checks ranges and combinations; Error(Usage) "lr must be > 0" (the configuration's key names).
   void validate() const;
   // The values that must match between a checkpoint and the run resuming it.
   std::string fingerprint() const;
