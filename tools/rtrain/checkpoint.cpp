@@ -128,8 +128,10 @@ void remove_abandoned(const std::string& dir) {
 
 }  // namespace
 
-Checkpointer::Checkpointer(std::string dir, std::vector<Mlp::Tensor> layout, bool pack)
+Checkpointer::Checkpointer(std::string dir, std::vector<Mlp::Tensor> layout, bool pack, std::size_t parameters)
     : dir_(std::move(dir)), layout_(std::move(layout)), pack_(pack) {
+  spare_.emplace();
+  for (std::vector<float>* v : {&spare_->params, &spare_->exp_avg, &spare_->exp_avg_sq}) v->assign(parameters, 0.0f);
   std::error_code ec;
   fs::create_directories(dir_, ec);
   if (ec) throw Error(Exit::IoErr, fmt::format("checkpoint directory {}: {}", dir_, ec.message()));

@@ -55,16 +55,17 @@ struct CheckpointDone {
 class Checkpointer {
  public:
   // Creates `dir` if needed and removes what killed runs left there (temporary folders
-  // of processes that are gone).
-  Checkpointer(std::string dir, std::vector<Mlp::Tensor> layout, bool pack);
+  // of processes that are gone). Allocates and touches the buffers of one state of
+  // `parameters` floats now, so that no checkpoint pays for fresh memory.
+  Checkpointer(std::string dir, std::vector<Mlp::Tensor> layout, bool pack, std::size_t parameters);
   ~Checkpointer();  // waits for the checkpoint in progress; errors are dropped (call finish())
   Checkpointer(const Checkpointer&) = delete;
   Checkpointer& operator=(const Checkpointer&) = delete;
 
-  // A state to fill for the next save(), once the checkpoint in progress is done: the
-  // one the last checkpoint was written from, its buffers already allocated and touched
-  // (the copy into them is then the whole stall), or an empty one. Rethrows an error of
-  // an earlier checkpoint.
+  // A state to fill for the next save(), once the checkpoint in progress is done, its
+  // buffers allocated and touched (the copy into them is then the whole stall): the one
+  // the last checkpoint was written from, or the one made up front. Rethrows an error
+  // of an earlier checkpoint.
   TrainState take_buffer();
   // Hands `state` to the background thread, first waiting for the previous checkpoint.
   // Returns the seconds it blocked. Rethrows an error of an earlier checkpoint.

@@ -226,7 +226,7 @@ Json run_training(const TrainConfig& c, const std::function<void(const Json&)>& 
   std::optional<Checkpointer> ckpt;
   double stall_s = 0, sync_pack_s = 0;  // checkpoint stalls, and what writing and packing took in the background
   std::uint64_t checkpoints = 0;
-  if (lead && c.ckpt_every > 0) ckpt.emplace(c.ckpt_dir, net.tensors(), c.pack);
+  if (lead && c.ckpt_every > 0) ckpt.emplace(c.ckpt_dir, net.tensors(), c.pack, net.parameters());
   auto report_checkpoints = [&] {
     for (const CheckpointDone& d : ckpt->take_done()) {
       sync_pack_s += d.write_s + d.pack_s;
