@@ -20,12 +20,14 @@
 #include <vector>
 
 #include "gemm.hpp"
+#include "kernel_test_data.hpp"
 #include "mlp.hpp"
 #include "stream.hpp"
 
 namespace {
 
 using namespace rkit::kernels;
+using namespace rkit::kernel_tests;
 
 #define ASSERT_CUDA(call)                                                    \
   do {                                                                       \
@@ -64,14 +66,6 @@ class KernelsGpu : public testing::Test {
   }
 };
 
-std::uint64_t mix64(std::uint64_t x) {
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-double random_value(std::uint64_t& seed) {  // in [-1, 1)
-  return static_cast<double>(mix64(seed += 0x9e3779b97f4a7c15ULL) >> 11) * 0x1p-52 - 1.0;
-}
 
 constexpr float kPadding = 1234.5f;
 
@@ -266,33 +260,6 @@ cudaError_t download(std::vector<T>& v, const DeviceBuffer& d) {
   return cudaMemcpy(v.data(), d.as<T>(), v.size() * sizeof(T), cudaMemcpyDeviceToHost);
 }
 
-std::vector<float> random_floats(std::size_t n, double scale, std::uint64_t seed) {
-  std::vector<float> v(n);
-  for (auto& x : v) x = static_cast<float>(scale * random_value(seed));
-  return v;
-}
-
-// Pre-activations in [-4, 4) with the edge cases sprinkled in.
-std::vector<float> pre_activations(std::size_t n, std::uint64_t seed) {
-  std::vector<float> v = random_floats(n, 4.0, seed);
-  constexpr float kSpecial[] = {0.0f, -0.0f, 1.0f, -1.0f, 10.0f, -10.0f, 30.0f, -30.0f, 1e-30f, -1e-30f, 1e4f, -1e4f};
-  for (std::size_t i = 0; i < n; i += 7) v[i] = kSpecial[(i / 7) % std::size(kSpecial)];
-  return v;
-}
-
-std::int64_t ulps(float a, float b) {
-  if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b) ? 0 : std::numeric_limits<int>::max();
-  auto ordered = [](float f) {
-    const auto bits = std::bit_cast<std::uint32_t>(f);
-    const std::int64_t magnitude = bits & 0x7fffffffu;
-    return (bits >> 31) ? -magnitude : magnitude;
-  };
-  return std::llabs(ordered(a) - ordered(b));
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
 
 constexpr Activation kActivations[] = {Activation::Identity, Activation::Relu, Activation::Gelu};
 

@@ -19,11 +19,13 @@
 #include <stdexcept>
 #include <vector>
 
+#include "kernel_test_data.hpp"
 #include "mlp.hpp"
 
 namespace {
 
 using namespace rkit::kernels;
+using namespace rkit::kernel_tests;
 
 constexpr Activation kActivations[] = {Activation::Identity, Activation::Relu, Activation::Gelu};
 
@@ -39,28 +41,6 @@ const char* name(Activation act) {
   return "?";
 }
 
-std::uint64_t mix64(std::uint64_t x) {
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-double random_value(std::uint64_t& seed) {  // in [-1, 1)
-  return static_cast<double>(mix64(seed += 0x9e3779b97f4a7c15ULL) >> 11) * 0x1p-52 - 1.0;
-}
-std::vector<float> random_floats(std::size_t n, double scale, std::uint64_t seed) {
-  std::vector<float> v(n);
-  for (auto& x : v) x = static_cast<float>(scale * random_value(seed));
-  return v;
-}
-
-// Pre-activations: random in [-4, 4), with the edge cases sprinkled in.
-std::vector<float> pre_activations(std::size_t n, std::uint64_t seed) {
-  std::vector<float> v = random_floats(n, 4.0, seed);
-  constexpr float kSpecial[] = {0.0f, -0.0f, 1.0f, -1.0f, 10.0f, -10.0f, 30.0f, -30.0f, 1e-30f, -1e-30f,
-                                5.5f, -5.5f, 1e4f, -1e4f, 3.92f, -3.92f, 6.2f, -6.2f, 0.5f, -7.0f};
-  for (std::size_t i = 0; i < n; i += 7) v[i] = kSpecial[(i / 7) % std::size(kSpecial)];
-  return v;
-}
 
 // The exact GELU and its derivative, in double.
 double gelu_exact(double z) { return z * 0.5 * std::erfc(-z / std::numbers::sqrt2); }
@@ -68,20 +48,6 @@ double gelu_derivative_exact(double z) {
   return 0.5 * std::erfc(-z / std::numbers::sqrt2) + z * std::exp(-0.5 * z * z) / std::sqrt(2 * std::numbers::pi);
 }
 
-// Distance in representable floats (0 for +0 and -0).
-std::int64_t ulps(float a, float b) {
-  if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b) ? 0 : std::numeric_limits<int>::max();
-  auto ordered = [](float f) {
-    const auto bits = std::bit_cast<std::uint32_t>(f);
-    const std::int64_t magnitude = bits & 0x7fffffffu;
-    return (bits >> 31) ? -magnitude : magnitude;
-  };
-  return std::llabs(ordered(a) - ordered(b));
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
 
 struct Shape {
   std::size_t m, n;
