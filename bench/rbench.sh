@@ -62,27 +62,29 @@ fio_run() {  # rw bs: one fio pass over the 1 GiB file (the first creates it), p
 # Both sides make the same passes over the file per block size: one untimed write and read
 # (rbench's warm-up), then io_reps timed ones; each side's median of those is one sample.
 io_reps=3
-io_rkit() {
-  "$rbench" -q run io.seq --dir "$io_dir" --reps "$io_reps" --warmup 1 --json > "$tmp/io.jsonl"
+io_rkit() {  # block: one rbench io.seq run at that block size, its medians appended
+  RKIT_BENCH_IO_BLOCKS=$1 "$rbench" -q run io.seq --dir "$io_dir" --reps "$io_reps" --warmup 1 --json > "$tmp/io.jsonl"
   jq -r '"\(.metric) \(.params.block_bytes) \(.median)"' "$tmp/io.jsonl" |
     while read -r metric block value; do echo "$value" >> "$tmp/io.rkit.$metric.$block"; done
 }
-io_fio() {
-  for block in 65536 1048576 4194304; do
-    local bs=$((block / 1024))k
-    fio_run write "$bs" > /dev/null
-    fio_run read "$bs" > /dev/null
-    : > "$tmp/fio.write" && : > "$tmp/fio.read"
-    for ((r = 0; r < io_reps; r++)); do
-      fio_run write "$bs" >> "$tmp/fio.write"
-      fio_run read "$bs" >> "$tmp/fio.read"
-    done
-    for rw in write read; do median < "$tmp/fio.$rw" >> "$tmp/io.fio.$rw.$block"; done
+io_fio() {  # block: the same passes with fio, their medians appended
+  local block=$1 bs=$(($1 / 1024))k
+  fio_run write "$bs" > /dev/null
+  fio_run read "$bs" > /dev/null
+  : > "$tmp/fio.write" && : > "$tmp/fio.read"
+  for ((r = 0; r < io_reps; r++)); do
+    fio_run write "$bs" >> "$tmp/fio.write"
+    fio_run read "$bs" >> "$tmp/fio.read"
   done
+  for rw in write read; do median < "$tmp/fio.$rw" >> "$tmp/io.fio.$rw.$block"; done
   rm -f "$fio_file"
 }
+# A pair is one block size of each side back to back (the disk's speed drifts over
+# minutes on these VMs), the side that goes first alternating.
 for ((i = 0; i < pairs; i++)); do
-  if ((i % 2 == 0)); then io_rkit; io_fio; else io_fio; io_rkit; fi
+  for block in 65536 1048576 4194304; do
+    if ((i % 2 == 0)); then io_rkit "$block"; io_fio "$block"; else io_fio "$block"; io_rkit "$block"; fi
+  done
 done
 for block in 65536 1048576 4194304; do
   for rw in write read; do

@@ -127,5 +127,23 @@ TEST(RbenchIoSeq, MalformedSizeOverrideIsUsage) {
   EXPECT_TRUE(dir.entries().empty());
 }
 
+TEST(RbenchIoSeq, BlockSizesCanBeChosen) {
+  testing::TempDir dir;
+  testing::EnvGuard env({"RKIT_BENCH_IO_BYTES", "RKIT_BENCH_IO_BLOCKS"});
+  env.set("RKIT_BENCH_IO_BYTES", "8M");
+  env.set("RKIT_BENCH_IO_BLOCKS", "64K,2M");
+  auto results = io_seq().run(quick_in(dir.path()), nullptr);
+  ASSERT_EQ(results.size(), 4u);
+  EXPECT_EQ(results[0].params["block_bytes"], 64 << 10);
+  EXPECT_EQ(results[3].params["block_bytes"], 2 << 20);
+  for (const char* bad : {"4M,1M", "1000", "x", "128M", "1M,"}) {  // decreasing; not 4K-aligned; not a size; too big; empty
+    env.set("RKIT_BENCH_IO_BLOCKS", bad);
+    Error e = testing::error_of([&] { io_seq().check_options(quick_in(dir.path())); });
+    EXPECT_EQ(e.code(), Exit::Usage) << bad << ": " << e.what();
+    EXPECT_NE(std::string(e.what()).find("RKIT_BENCH_IO_BLOCKS"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(dir.entries().empty());
+}
+
 }  // namespace
 }  // namespace rkit::rbench

@@ -29,7 +29,9 @@
 // fit (params "file_bytes" says what was used); below 64 MiB the suite throws
 // Error(IoErr, "...: not enough space"). RKIT_BENCH_IO_BYTES (a size such as "8M")
 // overrides the file size, rounded down to a multiple of the largest block; the unit
-// tests use it. The file is removed on every way out, Ctrl-C included.
+// tests use it. RKIT_BENCH_IO_BLOCKS ("64K,1M") sets the block sizes instead of the mode's,
+// so that a benchmark can pair one block size of rbench with fio's, back to back. The file
+// is removed on every way out, Ctrl-C included.
 #include "io_seq.hpp"
 
 #include <fcntl.h>
@@ -150,8 +152,29 @@ std::string default_dir() {
   return tmp && *tmp ? tmp : "/tmp";
 }
 
+// The block sizes: the mode's, or RKIT_BENCH_IO_BLOCKS ("64K,4M": each a multiple of 4 KiB
+// up to 64 MiB, in increasing order; Error(Usage) otherwise).
 std::vector<std::uint64_t> block_sizes(bool quick) {
-  return quick ? std::vector<std::uint64_t>{kMiB, 4 * kMiB} : std::vector<std::uint64_t>{64 << 10, kMiB, 4 * kMiB};
+  const char* env = std::getenv("RKIT_BENCH_IO_BLOCKS");
+  if (!env || !*env)
+    return quick ? std::vector<std::uint64_t>{kMiB, 4 * kMiB} : std::vector<std::uint64_t>{64 << 10, kMiB, 4 * kMiB};
+  std::vector<std::uint64_t> blocks;
+  const std::string_view text = env;
+  for (std::size_t start = 0; start <= text.size();) {
+    const std::size_t end = std::min(text.find(',', start), text.size());
+    std::uint64_t b = 0;
+    try {
+      b = parse_size(text.substr(start, end - start));
+    } catch (const Error& e) {
+      throw Error(Exit::Usage, std::string("RKIT_BENCH_IO_BLOCKS: ") + e.what());
+    }
+    if (b == 0 || b % 4096 != 0 || b > 64 * kMiB || (!blocks.empty() && b <= blocks.back()))
+      throw Error(Exit::Usage, "RKIT_BENCH_IO_BLOCKS: '" + std::string(text) +
+                                   "': sizes must be multiples of 4K up to 64M, in increasing order");
+    blocks.push_back(b);
+    start = end + 1;
+  }
+  return blocks;
 }
 
 // The file size: the mode's default, or RKIT_BENCH_IO_BYTES (Error(Usage) when malformed
@@ -192,6 +215,7 @@ class IoSeq : public Suite {
   }
 
   void check_options(const RunOptions& opt) const override { file_size_asked(opt, block_sizes(opt.quick).back()); }
+
 
   std::vector<Measurement> run(const RunOptions& opt, const Progress& progress) override {
     const std::string dir = opt.dir.empty() ? default_dir() : opt.dir;
