@@ -89,7 +89,7 @@ done
 for block in 65536 1048576 4194304; do
   for rw in write read; do
     row "io.seq_${rw}_$((block / 1024))k_vs_fio" "$tmp/io.rkit.$rw.$block" "$tmp/io.fio.$rw.$block" \
-      "rbench run io.seq --dir $io_dir --reps $io_reps --warmup 1" \
+      "RKIT_BENCH_IO_BLOCKS=$((block / 1024))K rbench run io.seq --dir $io_dir --reps $io_reps --warmup 1" \
       "fio --rw=$rw --bs=$((block / 1024))k --size=1G --direct=1 --ioengine=psync --end_fsync=1, 1 warm-up + median of $io_reps" 0.90 1.10
   done
 done
