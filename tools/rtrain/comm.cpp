@@ -36,6 +36,7 @@
 #include <thread>
 
 #include "rkit/error.hpp"
+#include "rkit/file.hpp"
 
 namespace rkit::rtrain {
 
@@ -57,30 +58,6 @@ int env_int(const char* name, const char* text, int lo, int hi, const char* expe
 }
 
 // --- sockets --------------------------------------------------------------------------
-
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() { reset(); }
-  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-  Fd& operator=(Fd&& o) noexcept {
-    if (this != &o) {
-      reset();
-      fd_ = std::exchange(o.fd_, -1);
-    }
-    return *this;
-  }
-  int get() const { return fd_; }
-  int release() { return std::exchange(fd_, -1); }
-  void reset() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-
- private:
-  int fd_ = -1;
-};
 
 void set_nonblocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
 
@@ -203,7 +180,7 @@ class TcpStore::Server {
  public:
   explicit Server(int port) {
     // Every interface, IPv6 and IPv4 alike where the host has IPv6 (MASTER_ADDR may name either).
-    Fd fd(::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    UniqueFd fd(::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0));
     const int one = 1, zero = 0;
     sockaddr_storage ss{};
     socklen_t len = 0;
@@ -215,7 +192,7 @@ class TcpStore::Server {
       a->sin6_port = htons(static_cast<std::uint16_t>(port));
       len = sizeof(sockaddr_in6);
     } else {
-      fd = Fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+      fd = UniqueFd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
       if (fd.get() < 0) throw system_error("rendezvous store: socket", errno);
       auto* a = reinterpret_cast<sockaddr_in*>(&ss);
       a->sin_family = AF_INET;
@@ -235,8 +212,8 @@ class TcpStore::Server {
     set_nonblocking(fd.get());
     int pipe_fds[2];
     if (::pipe2(pipe_fds, O_CLOEXEC | O_NONBLOCK) != 0) throw system_error("rendezvous store: pipe", errno);
-    wake_read_ = Fd(pipe_fds[0]);
-    wake_write_ = Fd(pipe_fds[1]);
+    wake_read_ = UniqueFd(pipe_fds[0]);
+    wake_write_ = UniqueFd(pipe_fds[1]);
     listen_ = std::move(fd);
     thread_ = std::thread([this] { run(); });
   }
@@ -251,7 +228,7 @@ class TcpStore::Server {
 
  private:
   struct Conn {
-    Fd fd;
+    UniqueFd fd;
     std::vector<char> in, out;
     std::size_t out_off = 0;
   };
@@ -294,7 +271,7 @@ class TcpStore::Server {
           if (fd < 0) break;
           const int one = 1;
           ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-          conns.push_back(Conn{Fd(fd), {}, {}, 0});
+          conns.push_back(Conn{UniqueFd(fd), {}, {}, 0});
         }
       }
     }
@@ -383,7 +360,7 @@ class TcpStore::Server {
     return ok;
   }
 
-  Fd listen_, wake_read_, wake_write_;
+  UniqueFd listen_, wake_read_, wake_write_;
   int port_ = 0;
   std::map<std::string, std::vector<char>> kv_;  // only the server thread touches it
   std::thread thread_;
@@ -425,7 +402,7 @@ void TcpStore::connect_locked(Clock::time_point deadline) {
   std::string why = "timed out";
   for (;;) {
     for (addrinfo* a = res; a; a = a->ai_next) {
-      Fd fd(::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol));
+      UniqueFd fd(::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol));
       if (fd.get() < 0) continue;
       int err = 0;
       if (::connect(fd.get(), a->ai_addr, a->ai_addrlen) != 0) {

@@ -878,10 +878,6 @@ std::unique_ptr<Dataset> load_safetensors(const FileSpec& spec) {
   return finish(std::move(t), spec, name, where);
 }
 
-bool ends_with(std::string_view s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
-}
-
 // unsigned __int128 is a GCC/Clang extension; __extension__ keeps -Wpedantic quiet.
 __extension__ typedef unsigned __int128 U128;
 
@@ -893,7 +889,7 @@ std::uint64_t below(std::uint64_t h, std::uint64_t n) { return static_cast<std::
 std::unique_ptr<Dataset> make_synthetic(const SyntheticSpec& spec) { return std::make_unique<SyntheticDataset>(spec); }
 
 std::unique_ptr<Dataset> load_dataset(const FileSpec& spec) {
-  const bool csv = ends_with(spec.path, ".csv"), npy = ends_with(spec.path, ".npy");
+  const bool csv = spec.path.ends_with(".csv"), npy = spec.path.ends_with(".npy");
   if (!csv && !npy && !st::is_safetensors_name(spec.path))
     throw Error(Exit::Usage,
                 fmt::format("{}: unknown data format (expected .csv, .npy or .safetensors)", spec.path));
