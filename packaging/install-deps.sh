@@ -14,6 +14,7 @@ build=(
   libzstd-dev libarchive-dev libxxhash-dev
   libopenblas-dev libgloo-dev
   libsqlite3-dev
+  libsimdjson-dev libcpp-httplib-dev  # rcost reads millions of records; rtop serve's /metrics
 )
 tests=(
   libgtest-dev googletest
@@ -22,9 +23,11 @@ tests=(
   python3 python3-numpy python3-xxhash python3-yaml python3-torch zstd sqlite3  # torch: rtrain's DDP client
   chromium
   slurmctld slurmd slurm-client munge slurmdbd mariadb-server  # tests/integration: a real Slurm with sacct
+  prometheus  # tests/integration: a real Prometheus scrapes rtop serve
 )
 bench=(hyperfine bsdextrautils time zstd python3 python3-numpy fio likwid python3-torch libopenblas0
-  slurmctld slurmd slurm-client munge)  # bench/rsub.sh starts a single-node Slurm
+  slurmctld slurmd slurm-client munge  # bench/rsub.sh starts a single-node Slurm
+  python3-pandas)  # bench/rcost.sh: the same report computed with pandas
 package=(dpkg-dev file)   # CPack's .deb generator runs dpkg-shlibdeps
 fuzz=(clang libclang-rt-14-dev)
 

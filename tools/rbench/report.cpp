@@ -11,6 +11,7 @@
 #include <set>
 
 #include "rkit/printer.hpp"
+#include "rkit/svg.hpp"
 #include "rkit/units.hpp"
 #include "record.hpp"
 #include "rkit/version.hpp"
@@ -18,75 +19,32 @@
 namespace rkit::rbench {
 namespace {
 
-// Colours are SVG attributes, not CSS classes, so that a chart copied out of the page
-// still draws the same. Red is kept for results that failed their check.
-constexpr const char* kPalette[] = {"#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2",
-                                    "#edc948", "#9c755f", "#ff9da7", "#bab0ac"};
-constexpr std::size_t kPaletteSize = sizeof kPalette / sizeof kPalette[0];
+// The chart writer and its palette are shared with rcost's page (rkit/svg.hpp). Red is
+// kept for results that failed their check.
+using svg::fit_text;
+using svg::kAxis;
+using svg::kFontPx;
+using svg::kGrid;
+using svg::kInk;
+using svg::kPalette;
+using svg::kPaletteSize;
+using svg::LinearScale;
+using svg::linear_ticks;
+using svg::px;
+using svg::text_width;
 constexpr const char* kBar = "#4e79a7";
 constexpr const char* kWrong = "#d62728";
 constexpr const char* kPeak = "#f28e2b";
 constexpr const char* kMemoryRoof = "#59a14f";
 constexpr const char* kComputeRoof = "#7a3b8f";
-constexpr const char* kGrid = "#e6e6e6";
-constexpr const char* kAxis = "#888888";
-constexpr const char* kInk = "#333333";
 
 constexpr double kChartWidth = 900;
-constexpr double kFontPx = 12;
 
 // ---------------------------------------------------------------- text
 
 std::string esc(std::string_view s) { return html_escape(s); }
 
 std::string num(double v) { return fmt::format("{:.4g}", v); }
-
-std::string px(double v) { return fmt::format("{:.1f}", v); }
-
-std::size_t utf8_length(std::string_view s) {
-  return static_cast<std::size_t>(std::count_if(s.begin(), s.end(), [](char c) { return (c & 0xC0) != 0x80; }));
-}
-
-// At most `max_chars` characters (code points), the last one "…" when cut.
-std::string truncate_text(std::string_view s, std::size_t max_chars) {
-  if (utf8_length(s) <= max_chars || max_chars == 0) return std::string(s);
-  std::size_t chars = 0, i = 0;
-  for (; i < s.size(); ++i)
-    if ((s[i] & 0xC0) != 0x80 && ++chars == max_chars) break;  // i: start of the max_chars-th character
-  return std::string(s.substr(0, i)) + "\u2026";
-}
-
-// The width of `s` at 12 px, from DejaVu Sans's advances (the widest of the usual
-// sans-serif fonts, so that labels fit whichever one the browser picks).
-double text_width(std::string_view s) {
-  static const std::string_view kLower = "abcdefghijklmnopqrstuvwxyz";
-  static const double kLowerEm[] = {.613, .635, .550, .635, .615, .352, .635, .634, .278, .278, .579, .278, .974,
-                                    .634, .612, .635, .635, .411, .521, .392, .634, .592, .818, .592, .592, .525};
-  double em = 0;
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    if ((c & 0xC0) == 0x80) continue;  // continuation byte: counted with its lead
-    if (c >= 0x80) em += 0.8;
-    else if (auto p = kLower.find(static_cast<char>(c)); p != std::string_view::npos) em += kLowerEm[p];
-    else if (c >= '0' && c <= '9') em += 0.636;
-    else if (c == 'M' || c == 'W' || c == '@' || c == '%') em += 1.0;
-    else if (c >= 'A' && c <= 'Z') em += 0.72;
-    else if (c == '=' || c == '+' || c == '<' || c == '>' || c == '~') em += 0.838;
-    else if (c == ' ' || c == '.' || c == ',' || c == ':' || c == ';' || c == '|' || c == '!' || c == '\'' ||
-             c == '/' || c == '(' || c == ')' || c == '[' || c == ']')
-      em += 0.36;
-    else em += 0.6;
-  }
-  return em * kFontPx;
-}
-
-// The longest prefix of `s` (plus "…" when cut) no wider than `width` px.
-std::string fit_text(std::string_view s, double width) {
-  if (text_width(s) <= width) return std::string(s);
-  std::size_t chars = utf8_length(s);
-  while (chars > 1 && text_width(truncate_text(s, chars)) > width) --chars;
-  return truncate_text(s, chars);
-}
 
 // 1500 → "1.5k", 2e6 → "2M", 0.25 → "0.25": axis labels of log scales.
 std::string si(double v) {
@@ -313,95 +271,11 @@ std::string describe(const Result& r, const std::vector<ResultsFile>& files) {
 
 // ---------------------------------------------------------------- SVG
 
-// One chart: elements are appended as text; str() wraps them in the <svg> element.
-class Svg {
- public:
-  Svg(double width, double height, std::string kind, std::string label)
-      : width_(width), height_(height), kind_(std::move(kind)), label_(std::move(label)) {}
-
-  void line(double x1, double y1, double x2, double y2, const char* stroke, double width = 1,
-            const char* dash = nullptr) {
-    body_ += fmt::format(R"(<line x1="{}" y1="{}" x2="{}" y2="{}" stroke="{}" stroke-width="{}"{}/>)", px(x1), px(y1),
-                         px(x2), px(y2), stroke, width, dash ? fmt::format(R"( stroke-dasharray="{}")", dash) : "");
-    body_ += '\n';
-  }
-  void rect(double x, double y, double w, double h, const char* fill) {
-    body_ += fmt::format(R"(<rect x="{}" y="{}" width="{}" height="{}" fill="{}"/>)", px(x), px(y), px(std::max(w, 0.0)),
-                         px(std::max(h, 0.0)), fill);
-    body_ += '\n';
-  }
-  void circle(double cx, double cy, double r, const char* fill, const char* stroke = nullptr) {
-    body_ += fmt::format(R"(<circle cx="{}" cy="{}" r="{}" fill="{}"{}/>)", px(cx), px(cy), r, fill,
-                         stroke ? fmt::format(R"( stroke="{}" stroke-width="1.5")", stroke) : "");
-    body_ += '\n';
-  }
-  void polyline(const std::vector<std::pair<double, double>>& points, const char* stroke, double width,
-                const char* dash = nullptr) {
-    std::string pts;
-    for (auto [x, y] : points) pts += (pts.empty() ? "" : " ") + px(x) + "," + px(y);
-    body_ += fmt::format(R"(<polyline points="{}" fill="none" stroke="{}" stroke-width="{}"{}/>)", pts, stroke, width,
-                         dash ? fmt::format(R"( stroke-dasharray="{}")", dash) : "");
-    body_ += '\n';
-  }
-  // `s` is plain text (escaped here). anchor: start, middle or end.
-  void text(double x, double y, std::string_view s, const char* anchor = "start", const char* fill = kInk,
-            double size = kFontPx, double rotate = 0) {
-    std::string transform =
-        rotate != 0 ? fmt::format(R"x( transform="rotate({} {} {})")x", px(rotate), px(x), px(y)) : std::string();
-    body_ += fmt::format(R"(<text x="{}" y="{}" font-size="{}" text-anchor="{}" fill="{}"{}>{}</text>)", px(x), px(y),
-                         size, anchor, fill, transform, esc(s));
-    body_ += '\n';
-  }
-  // A group whose elements share a tooltip (plain text, escaped here); close with end().
-  void group(std::string_view tooltip) { body_ += "<g><title>" + esc(tooltip) + "</title>\n"; }
-  void end() { body_ += "</g>\n"; }
-
-  std::string str() const {
-    return fmt::format(
-        R"(<svg xmlns="http://www.w3.org/2000/svg" class="chart" data-kind="{}" role="img" aria-label="{}" )"
-        R"(width="{}" height="{}" viewBox="0 0 {} {}" font-family="system-ui, -apple-system, 'Segoe UI', Roboto, 'DejaVu Sans', sans-serif">)"
-        "\n<rect x=\"0\" y=\"0\" width=\"{}\" height=\"{}\" fill=\"#ffffff\"/>\n{}</svg>\n",
-        kind_, esc(label_), px(width_), px(height_), px(width_), px(height_), px(width_), px(height_), body_);
-  }
-
- private:
-  double width_, height_;
-  std::string kind_, label_, body_;
-};
-
-// v in [d0, d1] → [r0, r1].
-struct LinearScale {
-  double d0, d1, r0, r1;
-  double operator()(double v) const { return r0 + (v - d0) / (d1 - d0) * (r1 - r0); }
-};
-
 // Logarithmic: v > 0 in [d0, d1] → [r0, r1].
 struct LogScale {
   double d0, d1, r0, r1;
   double operator()(double v) const { return r0 + std::log(v / d0) / std::log(d1 / d0) * (r1 - r0); }
 };
-
-// 1, 2 or 5 times a power of ten: about `target` steps over `range`.
-double nice_step(double range, int target) {
-  double raw = range / target;
-  double mag = std::pow(10, std::floor(std::log10(raw)));
-  double f = raw / mag;
-  return (f < 1.5 ? 1 : f < 3 ? 2 : f < 7 ? 5 : 10) * mag;
-}
-
-// Linear ticks covering [lo, hi], widened to whole steps; returns the ticks, the first
-// and last being the new bounds.
-std::vector<double> linear_ticks(double lo, double hi, int target) {
-  if (!(hi > lo)) hi = lo + 1;
-  double step = nice_step(hi - lo, target);
-  double first = std::floor(lo / step) * step, last = std::ceil(hi / step) * step;
-  std::vector<double> ticks;
-  for (int i = 0; first + i * step <= last + step * 1e-9 && i < 100; ++i) {
-    double t = first + i * step;
-    ticks.push_back(std::fabs(t) < step * 1e-9 ? 0 : t);
-  }
-  return ticks;
-}
 
 bool finite_positive(double v) { return std::isfinite(v) && v > 0; }
 
@@ -1154,23 +1028,7 @@ class Page {
 
 }  // namespace
 
-std::string html_escape(std::string_view s) {
-  std::string out;
-  out.reserve(s.size() + s.size() / 8);
-  for (char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\n') out += "\uFFFD";
-        else out += c;
-    }
-  }
-  return out;
-}
+std::string html_escape(std::string_view s) { return rkit::html_escape(s); }
 
 std::optional<double> gemm_intensity(const Json& record) {
   const Json& params = object(record, "params");

@@ -1,0 +1,195 @@
+// rcost: who used what, what it cost, and what sat idle.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <iostream>
+
+#include "output.hpp"
+#include "perf.hpp"
+#include "records.hpp"
+#include "report.hpp"
+#include "rkit/cli.hpp"
+#include "rkit/cpus.hpp"
+#include "rkit/prices.hpp"
+
+namespace {
+
+using namespace rkit;
+using namespace rkit::rcost;
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// --prices, else rcost.prices, else rsub.auto.prices (the sheet rsub's placement reads).
+PriceSheet prices_from(const std::string& flag, Tool& tool) {
+  std::string path = flag;
+  if (path.empty()) path = tool.config().get_string("rcost.prices").value_or("");
+  if (path.empty()) path = tool.config().get_string("rsub.auto.prices").value_or("");
+  if (path.empty())
+    usage_error("no price sheet: give --prices FILE or set rcost.prices in the configuration (examples/prices.toml)");
+  return load_prices(path);
+}
+
+std::map<std::string, double> budgets_from(const Config& c) {
+  std::map<std::string, double> out;
+  const auto* t = c.table.at_path("rcost.budgets").as_table();
+  if (!t) return out;
+  for (const auto& [tenant, v] : *t) {
+    const std::string key = "rcost.budgets." + std::string(tenant.str());
+    const auto amount = v.value<double>();
+    if (!v.is_number() || !amount || *amount < 0)
+      throw Error(Exit::Config, fmt::format("{}: {} must be a monthly amount, 0 or more", c.where(key), key));
+    out[std::string(tenant.str())] = *amount;
+  }
+  return out;
+}
+
+std::map<std::string, std::string> users_from(const Config& c) {
+  std::map<std::string, std::string> out;
+  if (const auto* users = c.table.at_path("rsub.users").as_table())
+    for (const auto& [user, tenant] : *users) {
+      const std::string key = "rsub.users." + std::string(user.str());
+      if (!tenant.is_string()) throw Error(Exit::Config, fmt::format("{}: {} must be a tenant name", c.where(key), key));
+      out[std::string(user.str())] = *tenant.value<std::string>();
+    }
+  return out;
+}
+
+// No file arguments: standard input, unless it is a terminal.
+std::vector<std::string> inputs_or_stdin(std::vector<std::string> files) {
+  if (files.empty()) {
+    if (::isatty(STDIN_FILENO)) usage_error("no input: give files (or - for standard input), e.g. rsub ls --all --json | rcost report -");
+    files.push_back("-");
+  }
+  return files;
+}
+
+void report_bad(const Dataset& data, bool quiet) {
+  if (data.bad_count == 0 || quiet) return;
+  constexpr std::size_t kShown = 10;
+  for (std::size_t i = 0; i < std::min(kShown, data.bad.size()); ++i)
+    std::cerr << fmt::format("rcost: warning: {}: {}\n", data.bad[i].where, data.bad[i].why);
+  std::cerr << fmt::format("rcost: warning: {} bad record{} skipped{} (--strict makes them fatal)\n", data.bad_count,
+                           data.bad_count == 1 ? "" : "s",
+                           data.bad_count > kShown ? fmt::format(", the first {} shown", kShown) : "");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Tool tool("rcost", "Cost reports: GPU- and core-hours and money per tenant, waste, idle capacity, queue waits, budgets");
+  CLI::App& app = tool.app();
+  std::string prices_path;
+  app.add_option("--prices", prices_path, "The price sheet (TOML; default: rcost.prices, else rsub.auto.prices in the configuration)")
+      ->type_name("FILE");
+
+  auto* report_cmd = tool.add_subcommand("report", "Usage and cost grouped by tenant, user, day, ... from job records and samples");
+  std::vector<std::string> files;
+  std::string by = "tenant", since, until, format, share = "weighted", slurm_backend = "slurm";
+  bool fail_over_budget = false, strict = false;
+  unsigned threads = 0;
+  report_cmd->add_option("files", files, "rkit.job.v1 and rkit.sample.v1 records, or sacct -P text (- for stdin)")
+      ->type_name("FILE");
+  report_cmd->add_option("--by", by,
+                         "Group by these keys, comma-separated: tenant, user, project, gpu_type, backend, node, partition, "
+                         "state, job, day, month (default tenant)")
+      ->type_name("KEYS");
+  report_cmd->add_option("--since", since, "Start of the window: 2026-11-01, 2026-11-01T08:00Z, @UNIX_SECONDS, today, or 7d ago (default: the first record)")
+      ->type_name("TIME");
+  report_cmd->add_option("--until", until, "End of the window, same forms (default now); running jobs count up to it")
+      ->type_name("TIME");
+  report_cmd->add_option("--format", format, "table, json, csv, focus (FinOps FOCUS CSV) or html (default table; --json and --csv also work)")
+      ->check(CLI::IsMember({"table", "json", "csv", "focus", "html"}))
+      ->type_name("FORMAT");
+  report_cmd->add_option("--share-idle", share, "Share unallocated capacity's cost by cost (weighted), evenly (even), or show it as an __idle__ row (none)")
+      ->check(CLI::IsMember({"weighted", "even", "none"}))
+      ->type_name("HOW");
+  report_cmd->add_flag("--fail-over-budget", fail_over_budget, "Exit 1 when a tenant's cost in the window is over its prorated monthly budget");
+  report_cmd->add_flag("--strict", strict, "Stop at the first bad record (exit 65) instead of counting and skipping it");
+  report_cmd->add_option("--slurm-backend", slurm_backend, "The price sheet backend that sacct jobs ran on (default slurm)")
+      ->type_name("NAME");
+  report_cmd->add_option("--threads", threads, "Threads that parse and sum (default: all usable cores)")->type_name("N");
+
+  auto* perf_cmd = tool.add_subcommand("perf", "Price/performance of benchmark results (rkit.bench.v1) and training runs (rkit.train.event.v1)");
+  std::vector<std::string> perf_files;
+  std::string perf_backend = "local";
+  perf_cmd->add_option("files", perf_files, "rbench and rtrain records (- for stdin)")->type_name("FILE");
+  perf_cmd->add_option("--backend", perf_backend, "The price sheet backend to price the benchmarked machine at (default local)")
+      ->type_name("NAME");
+
+  tool.add_subcommand("prices", "Show every rate of the price sheet, with how derived rates are computed");
+
+  return tool.run(argc, argv, [&]() -> int {
+    const CommonOptions& common = tool.options();
+    if (*report_cmd) {
+      const double now = unix_now();
+      ReportOptions ro;
+      ro.keys = parse_keys(by);
+      ro.until = until.empty() ? now : parse_time_arg(until, now, "--until");
+      if (!since.empty()) ro.since = parse_time_arg(since, now, "--since");
+      if (known(ro.since) && ro.since >= ro.until) usage_error("--since must be before --until");
+      ro.share_idle = share == "even" ? ShareIdle::Even : share == "none" ? ShareIdle::None : ShareIdle::Weighted;
+      ro.budgets = budgets_from(tool.config());
+      ro.threads = threads ? threads : std::max(1u, usable_cpus());
+      const PriceSheet sheet = prices_from(prices_path, tool);
+      ro.prices = &sheet;
+      ReadOptions rd;
+      rd.threads = ro.threads;
+      rd.slurm_backend = slurm_backend;
+      rd.tenant_of_user = users_from(tool.config());
+      rd.strict = strict;
+      const Dataset data = read_inputs(inputs_or_stdin(files), rd);
+      report_bad(data, common.quiet);
+      const ReadStats stats{data.lines, data.bad_count, data.ignored};
+      OutputFormat fmt = common.json ? OutputFormat::Json : common.csv ? OutputFormat::Csv : OutputFormat::Table;
+      if (format == "json") fmt = OutputFormat::Json;
+      else if (format == "csv") fmt = OutputFormat::Csv;
+      else if (format == "focus") fmt = OutputFormat::Focus;
+      else if (format == "html") fmt = OutputFormat::Html;
+      else if (format == "table") fmt = OutputFormat::Table;
+      if (fmt == OutputFormat::Focus) {
+        write_focus(std::cout, data, ro);
+        return 0;
+      }
+      if (fmt == OutputFormat::Html) {
+        write_html(std::cout, data, ro, stats);
+        return 0;
+      }
+      const Report r = make_report(data, ro);
+      write_report(std::cout, fmt, r, stats, ro.share_idle);
+      if (fail_over_budget) {
+        int over = 0;
+        for (const TenantBudget& b : r.budgets)
+          if (b.cost > b.budget) {
+            ++over;
+            std::cerr << fmt::format("rcost: tenant {} is over budget: {} of {} {}\n", b.tenant, money(b.cost),
+                                     money(b.budget), r.currency);
+          }
+        if (over) return 1;
+      }
+      return 0;
+    }
+    if (*perf_cmd) {
+      const PriceSheet sheet = prices_from(prices_path, tool);
+      return run_perf(inputs_or_stdin(perf_files), sheet, perf_backend, common.format(), std::cout);
+    }
+    const PriceSheet sheet = prices_from(prices_path, tool);
+    Printer out(std::cout, common.format(),
+                {{"BACKEND", "backend"},
+                 {"RESOURCE", "resource"},
+                 {"GPU", "gpu"},
+                 {"MARKET", "market"},
+                 {"LIST", "list", [](const Json& v) { return fmt::format("{:.4f}", v.get<double>()); }},
+                 {"BILLED", "effective", [](const Json& v) { return fmt::format("{:.4f}", v.get<double>()); }},
+                 {"PER", "unit"},
+                 {"HOW", "derivation"}});
+    for (const PriceLine& p : price_lines(sheet))
+      out.print(Json{{"schema", "rkit.cost.price.v1"}, {"backend", p.backend}, {"resource", p.resource}, {"gpu", p.gpu},
+                     {"market", p.market}, {"unit", p.unit}, {"list", p.list}, {"effective", p.effective},
+                     {"currency", sheet.currency}, {"derivation", p.derivation}});
+    out.finish();
+    return 0;
+  });
+}

@@ -1,0 +1,307 @@
+// File: tools/rcost/records.cpp — reading jobs, samples and sacct text (records.hpp).
+#include "records.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <charconv>
+#include <ctime>
+#include <thread>
+
+#include "records_impl.hpp"
+#include "rkit/cpus.hpp"
+
+namespace rkit::rcost {
+
+using namespace detail;
+
+// Names are short (tenants, users, hosts): 8 bytes at a time, multiplied and mixed.
+std::uint64_t Strings::hash(std::string_view s) {
+  std::uint64_t h = 0x9E3779B97F4A7C15ull ^ s.size();
+  std::size_t i = 0;
+  for (; i + 8 <= s.size(); i += 8) {
+    std::uint64_t w;
+    std::memcpy(&w, s.data() + i, 8);
+    h = (h ^ w) * 0xFF51AFD7ED558CCDull;
+    h ^= h >> 32;
+  }
+  std::uint64_t tail = 0;
+  std::memcpy(&tail, s.data() + i, s.size() - i);
+  h = (h ^ tail) * 0xC4CEB9FE1A85EC53ull;
+  return h ^ (h >> 29);
+}
+
+void Strings::grow() {
+  std::vector<std::uint32_t> slots(std::max<std::size_t>(1024, slots_.size() * 2), 0);
+  const std::size_t mask = slots.size() - 1;
+  for (std::uint32_t id = 0; id < names_.size(); ++id) {
+    std::size_t i = hashes_[id] & mask;
+    while (slots[i]) i = (i + 1) & mask;
+    slots[i] = id + 1;
+  }
+  slots_ = std::move(slots);
+}
+
+std::uint32_t Strings::id(std::string_view s) {
+  if (slots_.empty()) grow();
+  const std::uint64_t h = hash(s);
+  const std::size_t mask = slots_.size() - 1;
+  std::size_t i = h & mask;
+  for (; slots_[i]; i = (i + 1) & mask) {
+    const std::uint32_t id = slots_[i] - 1;
+    if (hashes_[id] == h && names_[id] == s) return id;
+  }
+  const auto id = static_cast<std::uint32_t>(names_.size());
+  names_.emplace_back(s);
+  hashes_.push_back(h);
+  slots_[i] = id + 1;
+  if (names_.size() * 2 > slots_.size()) grow();
+  return id;
+}
+
+// ------------------------------------------------------------------ sacct text
+
+namespace {
+
+// The header line of `sacct -P`: names the columns. Throws Error(DataErr) when a
+// field rcost needs is missing.
+SacctColumns sacct_columns(std::string_view header, const std::string& where) {
+  SacctColumns c;
+  const auto names = split_bar(trim(header));
+  c.count = names.size();
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    const std::string_view n = names[i];
+    const int at = static_cast<int>(i);
+    if (n == "JobID") c.job_id = at;
+    else if (n == "User") c.user = at;
+    else if (n == "Account") c.account = at;
+    else if (n == "Partition") c.partition = at;
+    else if (n == "State") c.state = at;
+    else if (n == "Submit") c.submit = at;
+    else if (n == "Eligible") c.eligible = at;
+    else if (n == "Start") c.start = at;
+    else if (n == "End") c.end = at;
+    else if (n == "AllocTRES") c.alloc_tres = at;
+    else if (n == "NodeList") c.node_list = at;
+  }
+  std::string missing;
+  auto need = [&](int col, const char* name) {
+    if (col < 0) missing += (missing.empty() ? "" : ",") + std::string(name);
+  };
+  need(c.job_id, "JobID");
+  need(c.user, "User");
+  need(c.account, "Account");
+  need(c.state, "State");
+  need(c.submit, "Submit");
+  need(c.start, "Start");
+  need(c.end, "End");
+  need(c.alloc_tres, "AllocTRES");
+  if (!missing.empty())
+    throw Error(Exit::DataErr, fmt::format("{}: sacct text lacks the field(s) {}", where, missing),
+                "use sacct -a -X -P --format=JobID,User,Account,Partition,State,Submit,Eligible,Start,End,AllocTRES,NodeList");
+  return c;
+}
+
+}  // namespace
+
+std::vector<std::string_view> detail::split_bar(std::string_view line) {
+  std::vector<std::string_view> out;
+  std::size_t from = 0;
+  for (;;) {
+    const std::size_t bar = line.find('|', from);
+    out.push_back(line.substr(from, bar == std::string_view::npos ? std::string_view::npos : bar - from));
+    if (bar == std::string_view::npos) break;
+    from = bar + 1;
+  }
+  return out;
+}
+
+bool detail::parse_number(std::string_view s, double& out) {
+  const char* end = s.data() + s.size();
+  auto [p, ec] = std::from_chars(s.data(), end, out);
+  return ec == std::errc() && p == end;
+}
+
+double parse_sacct_time(std::string_view s) {
+  if (s.size() != 19 || s[4] != '-' || s[7] != '-' || s[10] != 'T' || s[13] != ':' || s[16] != ':') return kNone;
+  auto num = [&](std::size_t at, std::size_t len, int& out) {
+    auto [p, ec] = std::from_chars(s.data() + at, s.data() + at + len, out);
+    return ec == std::errc() && p == s.data() + at + len;
+  };
+  std::tm tm{};
+  if (!num(0, 4, tm.tm_year) || !num(5, 2, tm.tm_mon) || !num(8, 2, tm.tm_mday) || !num(11, 2, tm.tm_hour) ||
+      !num(14, 2, tm.tm_min) || !num(17, 2, tm.tm_sec))
+    return kNone;
+  tm.tm_year -= 1900;
+  tm.tm_mon -= 1;
+  tm.tm_isdst = -1;
+  const std::time_t t = std::mktime(&tm);
+  return t == static_cast<std::time_t>(-1) ? kNone : static_cast<double>(t);
+}
+
+bool parse_tres(std::string_view s, Tres& out) {
+  out = Tres{};
+  bool untyped = false;
+  double typed = 0;
+  int types = 0;
+  while (!s.empty()) {
+    const std::size_t comma = s.find(',');
+    const std::string_view item = s.substr(0, comma);
+    s = comma == std::string_view::npos ? std::string_view() : s.substr(comma + 1);
+    const std::size_t eq = item.find('=');
+    if (eq == std::string_view::npos) return false;
+    const std::string_view key = item.substr(0, eq);
+    std::string_view value = item.substr(eq + 1);
+    if (key == "mem") {
+      double scale = 1024.0 * 1024;  // sacct prints memory in MiB without a suffix
+      if (!value.empty()) {
+        switch (value.back()) {
+          case 'K': scale = 1024.0; break;
+          case 'M': scale = 1024.0 * 1024; break;
+          case 'G': scale = 1024.0 * 1024 * 1024; break;
+          case 'T': scale = 1024.0 * 1024 * 1024 * 1024; break;
+          default: break;
+        }
+        if (!std::isdigit(static_cast<unsigned char>(value.back()))) value.remove_suffix(1);
+      }
+      double v = 0;
+      if (!parse_number(value, v) || v < 0) return false;
+      out.memory_bytes = v * scale;
+    } else if (key == "cpu") {
+      if (!parse_number(value, out.cpus) || out.cpus < 0) return false;
+    } else if (key == "gres/gpu") {
+      if (!parse_number(value, out.gpus) || out.gpus < 0) return false;
+      untyped = true;
+    } else if (key.starts_with("gres/gpu:")) {
+      // Typed counts repeat the untyped total when it is there; else they add up.
+      double v = 0;
+      if (!parse_number(value, v) || v < 0) return false;
+      typed += v;
+      const std::string type(key.substr(9));
+      out.gpu_type = ++types == 1 ? type : std::string();  // mixed types: priced at the default
+    }
+  }
+  if (!untyped) out.gpus = typed;
+  return true;
+}
+
+// ------------------------------------------------------------------ chunks
+
+namespace {
+
+// Appends `part` to `all`, translating its string ids and unit offsets.
+void merge(Dataset& all, Dataset&& part) {
+  std::vector<std::uint32_t> map(part.strings.size());
+  for (std::uint32_t i = 0; i < part.strings.size(); ++i) map[i] = all.strings.id(part.strings.name(i));
+  const auto units_base = static_cast<std::uint32_t>(all.units.size());
+  const auto utils_base = static_cast<std::uint32_t>(all.utils.size());
+  const auto gpus_base = static_cast<std::uint32_t>(all.gpu_utils.size());
+  all.units.insert(all.units.end(), part.units.begin(), part.units.end());
+  all.utils.insert(all.utils.end(), part.utils.begin(), part.utils.end());
+  all.gpu_utils.insert(all.gpu_utils.end(), part.gpu_utils.begin(), part.gpu_utils.end());
+  for (Job& j : part.jobs) {
+    for (std::uint32_t* id : {&j.tenant, &j.user, &j.project, &j.gpu_type, &j.backend, &j.node, &j.partition, &j.state})
+      *id = map[*id];
+    j.pus_at += units_base;
+    j.gpus_at += units_base;
+    all.jobs.push_back(std::move(j));
+  }
+  for (Sample& s : part.samples) {
+    s.host = map[s.host];
+    s.gpu_model = map[s.gpu_model];
+    s.cpus_at += utils_base;
+    s.gpus_at += gpus_base;
+    all.samples.push_back(s);
+  }
+  all.ignored += part.ignored;
+  all.lines += part.lines;
+  all.bad_count += part.bad_count;
+}
+
+// simdjson's inline code runs its AVX2 kernels where the CPU has them.
+using ParseChunk = void (*)(const Input&, InputKind, const SacctColumns&, const ReadOptions&, std::size_t, std::size_t,
+                            ChunkResult&);
+ParseChunk chunk_parser() {
+  __builtin_cpu_init();
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("pclmul");
+  return avx2 ? haswell::parse_chunk : generic::parse_chunk;
+}
+
+void read_one(const std::string& path, const ReadOptions& opt, unsigned threads, Dataset& all) {
+  static const ParseChunk parse = chunk_parser();
+  const Input in(path);
+  const std::size_t size = in.size();
+  // The first non-blank line says what the input is: JSON, or sacct's header line.
+  std::string head_buffer;
+  const std::size_t head_size = std::min<std::size_t>(size, 1 << 20);
+  const std::string_view head(in.bytes(0, head_size, head_buffer), head_size);
+  std::size_t first = 0;
+  std::uint64_t header_lines = 0;
+  std::string_view line;
+  while (first < head.size()) {
+    const std::size_t end = std::min(head.find('\n', first), head.size());
+    line = trim(head.substr(first, end - first));
+    if (!line.empty()) break;
+    first = end + 1;
+    ++header_lines;
+  }
+  if (first >= head.size()) return;
+  InputKind kind = InputKind::Json;
+  SacctColumns cols;
+  std::size_t body = first;
+  if (line[0] != '{') {
+    if (line.find('|') == std::string_view::npos || line.find("JobID") == std::string_view::npos)
+      throw Error(Exit::DataErr, fmt::format("{}:{}: neither JSON Lines nor sacct -P text", in.name(), header_lines + 1),
+                  "rcost reads rkit.job.v1 and rkit.sample.v1 records, and `sacct -P` text with its header line");
+    cols = sacct_columns(line, fmt::format("{}:{}", in.name(), header_lines + 1));
+    kind = InputKind::Sacct;
+    body = in.line_start_after(first);
+    header_lines += 1;
+  }
+  // Chunks of about 16 MiB (at least one per thread), each starting at a line.
+  const std::size_t want = std::max<std::size_t>(threads, (size - std::min(body, size)) / (16u << 20) + 1);
+  std::vector<std::pair<std::size_t, std::size_t>> chunks;
+  std::size_t from = std::min(body, size);
+  for (std::size_t i = 1; i <= want && from < size; ++i) {
+    const std::size_t to = i == want ? size : std::max(from, in.line_start_after(body + (size - body) / want * i - 1));
+    if (to > from) chunks.emplace_back(from, to);
+    from = to;
+  }
+  std::vector<ChunkResult> results(chunks.size());
+  std::atomic<std::size_t> next{0};
+  std::atomic<bool> stop{false};
+  auto work = [&] {
+    for (std::size_t c; !stop && (c = next++) < chunks.size();) {
+      parse(in, kind, cols, opt, chunks[c].first, chunks[c].second, results[c]);
+      if (opt.strict && results[c].data.bad_count) stop = true;
+    }
+  };
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < std::min<std::size_t>(threads, chunks.size()); ++t) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+  std::size_t jobs = 0;
+  for (const ChunkResult& r : results) jobs += r.data.jobs.size();
+  all.jobs.reserve(all.jobs.size() + jobs);
+  // Line numbers: the lines before each chunk, then the chunk's own.
+  std::uint64_t line_base = header_lines;
+  for (ChunkResult& r : results) {
+    for (auto& [line, why] : r.bad) {
+      if (opt.strict) throw Error(Exit::DataErr, fmt::format("{}:{}: {}", in.name(), line_base + line, why),
+                                  "without --strict, bad records are counted and skipped");
+      if (all.bad.size() < kMaxBadKept) all.bad.push_back({fmt::format("{}:{}", in.name(), line_base + line), why});
+    }
+    line_base += r.lines_in_chunk;
+    merge(all, std::move(r.data));
+  }
+}
+
+}  // namespace
+
+Dataset read_inputs(const std::vector<std::string>& paths, const ReadOptions& opt) {
+  const unsigned threads = opt.threads ? opt.threads : std::max(1u, usable_cpus());
+  Dataset all;
+  for (const std::string& p : paths) read_one(p, opt, threads, all);
+  return all;
+}
+
+}  // namespace rkit::rcost

@@ -1,0 +1,109 @@
+// File: tools/rcost/records.hpp
+//
+// What rcost reads, in a compact form: jobs (rkit.job.v1 records, or `sacct -P`
+// text), utilisation samples (rkit.sample.v1), and the records it could not use.
+// Inputs are files or "-" (stdin); each input is read whole, then split at line
+// boundaries and parsed by several threads with simdjson.
+//
+//   rkit::rcost::ReadOptions opt;            // opt.threads, opt.slurm_backend, ...
+//   rkit::rcost::Dataset data = read_inputs({"jobs.jsonl", "-"}, opt);
+//   for (const Job& j : data.jobs) ... data.strings.name(j.tenant) ...
+//   for (const BadRecord& b : data.bad) ... b.where, b.why ...
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace rkit::rcost {
+
+inline constexpr double kNone = std::numeric_limits<double>::quiet_NaN();
+inline bool known(double t) { return !std::isnan(t); }
+
+// Interned names (tenants, users, hosts, ...): a job holds small ids. Id 0 is "".
+class Strings {
+ public:
+  Strings() { id(""); }
+  std::uint32_t id(std::string_view s);
+  const std::string& name(std::uint32_t id) const { return names_[id]; }
+  std::size_t size() const { return names_.size(); }
+
+ private:
+  static std::uint64_t hash(std::string_view s);
+  void grow();
+  std::vector<std::string> names_;
+  std::vector<std::uint64_t> hashes_;
+  std::vector<std::uint32_t> slots_;  // open addressing: id + 1, 0 for empty; size a power of two
+};
+
+// One job's last attempt, as a cost report needs it. Times are Unix seconds; kNone
+// when absent (never started, still running).
+struct Job {
+  std::string id;  // as the source names it: "12", "12_3", "slurm:1234"
+  std::uint32_t tenant = 0, user = 0, project = 0, gpu_type = 0, backend = 0, node = 0, partition = 0, state = 0;
+  double submit = kNone, eligible = kNone, start = kNone, end = kNone;
+  double cpus = 0, gpus = 0, memory_bytes = 0;
+  // Which CPUs (PUs) and GPUs of `node` it held, when the record says (local jobs):
+  // offsets into Dataset::units; count 0 when unknown.
+  std::uint32_t pus_at = 0, pus_count = 0, gpus_at = 0, gpus_count = 0;
+};
+
+// One rkit.sample.v1 record: the interval (end - interval_s, end] on `host`.
+struct Sample {
+  std::uint32_t host = 0;
+  double end = 0, interval_s = 0;
+  double cpu_util = 0, gpu_util_mean = 0;  // 0..1
+  std::uint32_t cpus_at = 0, cpus_count = 0;  // per-CPU utilisation: Dataset::utils
+  std::uint32_t gpus_at = 0, gpus_count = 0;  // per-GPU (index, util) pairs: Dataset::gpu_utils
+  double memory_total_bytes = 0;
+  std::uint32_t gpu_model = 0;  // the first GPU's name, when the record gives one
+};
+
+struct BadRecord {
+  std::string where;  // "file:line"
+  std::string why;
+};
+
+struct Dataset {
+  Strings strings;
+  std::vector<Job> jobs;
+  std::vector<Sample> samples;
+  std::vector<std::uint32_t> units;                   // PU and GPU indices of jobs
+  std::vector<float> utils;                           // per-CPU utilisation of samples
+  std::vector<std::pair<std::uint32_t, float>> gpu_utils;  // (GPU index, util) of samples
+  std::vector<BadRecord> bad;                         // the first kMaxBadKept, in input order
+  std::uint64_t bad_count = 0;
+  std::uint64_t ignored = 0;  // known records a report does not use (bench, train events)
+  std::uint64_t lines = 0;    // non-blank lines read
+};
+
+inline constexpr std::size_t kMaxBadKept = 1000;
+
+struct ReadOptions {
+  unsigned threads = 0;                       // 0: all usable cores
+  std::string slurm_backend = "slurm";        // the backend `sacct` jobs ran on (price sheet)
+  std::map<std::string, std::string> tenant_of_user;  // sacct: user → tenant (else Account)
+  bool strict = false;                        // the first bad record throws Error(DataErr)
+};
+
+// Reads every input (a path or "-") into one Dataset. Missing files throw
+// Error(NoInput); with `strict`, a bad record throws Error(DataErr) naming file:line.
+Dataset read_inputs(const std::vector<std::string>& paths, const ReadOptions& opt);
+
+// "2026-11-30T18:19:23" (sacct's local time) → Unix seconds; kNone for "Unknown",
+// "None", "" and text that is not a time.
+double parse_sacct_time(std::string_view s);
+
+// sacct's AllocTRES ("billing=2,cpu=2,gres/gpu:h100=1,mem=4G,node=1"): cores, GPUs,
+// memory bytes and the GPU type when named. False when the text is malformed.
+struct Tres {
+  double cpus = 0, gpus = 0, memory_bytes = 0;
+  std::string gpu_type;
+};
+bool parse_tres(std::string_view s, Tres& out);
+
+}  // namespace rkit::rcost
