@@ -55,6 +55,7 @@ struct Nvml::Api {
   nvmlReturn_t (*pci)(nvmlDevice_t, nvmlPciInfo_t*) = nullptr;
   nvmlReturn_t (*utilization)(nvmlDevice_t, nvmlUtilization_t*) = nullptr;
   nvmlReturn_t (*power)(nvmlDevice_t, unsigned int*) = nullptr;
+  nvmlReturn_t (*energy)(nvmlDevice_t, unsigned long long*) = nullptr;  // mJ; absent from old drivers
   nvmlReturn_t (*nvlink_state)(nvmlDevice_t, unsigned int, int*) = nullptr;
   nvmlReturn_t (*nvlink_remote_pci)(nvmlDevice_t, unsigned int, nvmlPciInfo_t*) = nullptr;
   // absent from older drivers
@@ -92,6 +93,7 @@ std::unique_ptr<Nvml> Nvml::load(std::string& why) {
   api->pci = resolve<decltype(api->pci)>(lib, "nvmlDeviceGetPciInfo_v3");
   api->utilization = resolve<decltype(api->utilization)>(lib, "nvmlDeviceGetUtilizationRates");
   api->power = resolve<decltype(api->power)>(lib, "nvmlDeviceGetPowerUsage");
+  api->energy = resolve<decltype(api->energy)>(lib, "nvmlDeviceGetTotalEnergyConsumption");
   api->nvlink_state = resolve<decltype(api->nvlink_state)>(lib, "nvmlDeviceGetNvLinkState");
   api->nvlink_remote_pci = resolve<decltype(api->nvlink_remote_pci)>(lib, "nvmlDeviceGetNvLinkRemotePciInfo_v2");
   api->nvlink_remote_type = resolve<decltype(api->nvlink_remote_type)>(lib, "nvmlDeviceGetNvLinkRemoteDeviceType");
@@ -175,9 +177,12 @@ std::optional<NvmlUsage> Nvml::usage(int index) const {
   if (api_->memory && api_->memory(d, &mem) == kNvmlSuccess) {
     out.memory_used_bytes = mem.used;
     out.memory_total_bytes = mem.total;
+    out.memory_free_bytes = mem.free;
   }
   unsigned int mw = 0;
   if (api_->power && api_->power(d, &mw) == kNvmlSuccess) out.power_w = mw / 1000.0;
+  unsigned long long mj = 0;
+  if (api_->energy && api_->energy(d, &mj) == kNvmlSuccess) out.total_energy_mj = mj;
   return out;
 }
 

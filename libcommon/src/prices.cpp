@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <filesystem>
 #include <string_view>
 #include <vector>
 
@@ -226,6 +227,15 @@ std::vector<PriceLine> price_lines(const PriceSheet& sheet) {
     for (const auto& [gpu, list] : p.gpu_hour) add("gpu_hour", gpu, "GPU-hour", list);
   }
   return lines;
+}
+
+std::optional<std::string> configured_price_sheet(const Config& config) {
+  std::optional<std::string> v = config.get_string("rcost.prices");
+  if (!v) v = config.get_string("rsub.auto.prices");
+  if (!v) return std::nullopt;
+  std::filesystem::path p = *v;
+  if (p.is_relative() && !config.path.empty()) p = std::filesystem::path(config.path).parent_path() / p;
+  return p.string();
 }
 
 }  // namespace rkit

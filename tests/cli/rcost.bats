@@ -319,3 +319,54 @@ EOF
   assert_success
   [[ -z $stderr ]]
 }
+
+@test "perf: an rbench GEMM and STREAM result and an rtrain summary, priced per TFLOP/s-hour, GB/s-hour and run" {
+  # Sheet: local cores 0.5/h, memory 0.25/GiB-h, H200 4/h (fixtures/rcost/prices.toml has others).
+  printf '%s\n' '[backends.local]' 'cpu_hour = 0.5' 'memory_gib_hour = 0.25' 'gpu_hour = { default = 2, H200 = 4 }' >p.toml
+  host='"host":{"hostname":"n1","cores":8,"memory_bytes":17179869184,"gpus":[{"index":0,"name":"NVIDIA H200"}]}'
+  {
+    echo "{\"schema\":\"rkit.bench.v1\",\"suite\":\"gpu.gemm\",\"metric\":\"bf16\",\"unit\":\"TFLOP/s\",\"median\":800,\"params\":{\"gpu\":0},$host}"
+    echo "{\"schema\":\"rkit.bench.v1\",\"suite\":\"cpu.stream\",\"metric\":\"triad\",\"unit\":\"GB/s\",\"median\":40,\"params\":{},$host}"
+    echo '{"schema":"rkit.bench.suite.v1","suite":"cpu.stream"}'
+    echo '{"schema":"rkit.train.event.v1","event":"step","step":1}'
+    echo '{"schema":"rkit.train.event.v1","event":"summary","device":"cpu (2 BLAS threads)","world_size":2,"samples_per_s":10000,"wall_s":100,"time_to_target_s":36}'
+  } >results.jsonl
+  run -0 rcost perf --prices p.toml --json results.jsonl
+  [ "${#lines[@]}" -eq 3 ]
+  # GPU: 4/h for one H200 over 800 TFLOP/s. CPU: 8 cores × 0.5 + 16 GiB × 0.25 = 8/h over 40 GB/s.
+  # Train: 4 cores × 0.5 = 2/h for 36 s to target = 0.02; per million samples 2 / 36e6 × 1e6.
+  python3 - "${lines[@]}" <<'PY'
+import json, sys
+g, c, t = (json.loads(l) for l in sys.argv[1:])
+assert g["per"] == "TFLOP/s-hour" and abs(g["cost_per"] - 4 / 800) < 1e-12 and g["priced_as"] == "1 GPU (NVIDIA H200)", g
+assert c["per"] == "GB/s-hour" and abs(c["cost_per"] - 8 / 40) < 1e-12, c
+assert t["per"] == "run to target" and abs(t["cost_per"] - 0.02) < 1e-12, t
+assert abs(t["per_million_samples"] - 2 / 36e6 * 1e6) < 1e-12, t
+PY
+  run -0 rcost perf --prices p.toml results.jsonl
+  [[ $output == *"TFLOP/s-hour"* && $output == *"run to target"* ]]
+  run -65 rcost perf --prices p.toml <(echo '{"schema":"rkit.train.event.v1","event":"step"}')
+  [[ $output == *"no rkit.bench.v1 results"* ]]
+  run -65 rcost perf --prices p.toml --backend cloud results.jsonl
+  [[ $output == *'no prices for backend "cloud"'* ]]
+}
+
+@test "prices: every rate with its derivation; the derived on-premises H200 is computed from the sheet" {
+  run -0 rcost prices --prices "$EXAMPLE_PRICES" --json
+  python3 - "$EXAMPLE_PRICES" "$output" <<'PY'
+import json, sys, tomllib
+sheet = tomllib.load(open(sys.argv[1], "rb"))
+rows = [json.loads(l) for l in sys.argv[2].splitlines()]
+b = sheet["backends"]["onprem"]
+d = b["gpu_hour"]["H200"]
+want = (d["purchase_price"] / (d["depreciation_years"] * 8760) + d.get("power_w", 0) / 1000 * b.get("pue", 1) * b["electricity_per_kwh"]) / d.get("units", 1)
+got = [r for r in rows if r["backend"] == "onprem" and r["resource"] == "gpu_hour" and r["gpu"] == "H200"]
+assert len(got) == 1 and abs(got[0]["effective"] - want) < 1e-12 and "8760" in got[0]["derivation"], got
+spot = [r for r in rows if r["backend"] == "cloud-spot" and r["resource"] == "cpu_hour"][0]
+assert spot["market"] == "spot" and abs(spot["effective"] - spot["list"] * (1 - sheet["backends"]["cloud-spot"]["spot_discount"])) < 1e-12, spot
+PY
+  run -0 rcost prices --prices "$EXAMPLE_PRICES"
+  [[ $output == *"BACKEND"* && $output == *"onprem"* ]]
+  run -64 rcost prices
+  [[ $output == *"no price sheet"* ]]
+}

@@ -204,6 +204,8 @@ SYN="pack:2 numa:2 core:8 pu:2"
   for l in "${lines[@]}"; do
     jq -e '.schema == "rkit.sample.v1" and (.cpu_util >= 0 and .cpu_util <= 1)
            and (.cpu_util_per_cpu | length) >= 1 and .memory_total_bytes > 0' <<<"$l" >/dev/null
+    # The machine, named as rkit.job.v1's host names it, so that samples join with jobs.
+    assert_equal "$(jq -r .host <<<"$l")" "$(uname -n)"
   done
   run --separate-stderr rtop sample --count 1 --interval 0s
   assert_failure 64

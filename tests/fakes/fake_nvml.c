@@ -15,10 +15,14 @@
  *   RKIT_FAKE_NVML_NVSWITCH=1   NVSwitch machine (HGX/DGX H100): see below
  *   RKIT_FAKE_NVML_FAIL_LINKS=0,5  link indices whose nvmlDeviceGetNvLinkState fails with
  *                               NVML_ERROR_UNKNOWN (999) on every GPU
+ *   RKIT_FAKE_NVML_NO_ENERGY=1  nvmlDeviceGetTotalEnergyConsumption says NVML_ERROR_NOT_SUPPORTED
+ *                               (3), as on GPUs before Volta
  *
  * GPU n: name "FAKE NVML GPU n", UUID "GPU-fake-000n", 80 GiB of memory (20 GiB used),
  * PCI bus id "00000000:1n:00.0" (bus 0x10 + n), utilisation 37 %, power 312500 mW;
- * driver version "999.99-fake". Every pair of GPUs is joined by 4 active NVLinks: on
+ * driver version "999.99-fake". Its energy counter (nvmlDeviceGetTotalEnergyConsumption)
+ * starts at (n + 1) × 10^9 mJ at the first nvmlInit_v2 and grows at the power drawn,
+ * 312.5 mJ per millisecond of CLOCK_MONOTONIC, so that it is a live counter. Every pair of GPUs is joined by 4 active NVLinks: on
  * GPU n, links 4k..4k+3 go to the k-th other GPU in index order; links past those are
  * inactive, and a link index >= 18 (NVML_NVLINK_MAX_LINKS) is NVML_ERROR_INVALID_ARGUMENT.
  * With more than 5 GPUs, 4 links per pair would not fit in 18, so every pair gets
@@ -39,6 +43,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define FAKE_API __attribute__((visibility("default")))
 
@@ -98,7 +103,15 @@ static unsigned int gpu_count;
 static int denied[FAKE_MAX_GPUS];
 static int nvswitch_mode;
 static int failing_link[FAKE_MAX_LINKS];
+static int no_energy;
 static int init_count;
+static double energy_epoch_ms; /* CLOCK_MONOTONIC at the first nvmlInit_v2 */
+
+static double fake_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
 
 static int fake_env_int(const char* name, int fallback) {
   const char* v = getenv(name);
@@ -179,6 +192,8 @@ FAKE_API nvmlReturn_t nvmlInit_v2(void) {
     fake_env_list("RKIT_FAKE_NVML_DENY", denied, FAKE_MAX_GPUS);
     fake_env_list("RKIT_FAKE_NVML_FAIL_LINKS", failing_link, FAKE_MAX_LINKS);
     nvswitch_mode = fake_env_int("RKIT_FAKE_NVML_NVSWITCH", 0) == 1;
+    no_energy = fake_env_int("RKIT_FAKE_NVML_NO_ENERGY", 0) == 1;
+    if (energy_epoch_ms == 0) energy_epoch_ms = fake_now_ms();
   }
   ++init_count;
   return NVML_SUCCESS;
@@ -271,6 +286,17 @@ FAKE_API nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int*
   if (rc != NVML_SUCCESS) return rc;
   if (!power) return NVML_ERROR_INVALID_ARGUMENT;
   *power = 312500; /* milliwatts */
+  return NVML_SUCCESS;
+}
+
+/* Millijoules since the driver loaded: (index + 1) × 10^9 at the first init, then 312.5 W. */
+FAKE_API nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device, unsigned long long* energy) {
+  nvmlReturn_t rc = fake_check(device);
+  if (rc != NVML_SUCCESS) return rc;
+  if (!energy) return NVML_ERROR_INVALID_ARGUMENT;
+  if (no_energy) return NVML_ERROR_NOT_SUPPORTED;
+  double elapsed_ms = fake_now_ms() - energy_epoch_ms;
+  *energy = (unsigned long long)(device->index + 1) * 1000000000ULL + (unsigned long long)(elapsed_ms * 312.5);
   return NVML_SUCCESS;
 }
 

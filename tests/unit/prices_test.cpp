@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "rkit/config.hpp"
 #include "rkit/error.hpp"
 #include "test_support.hpp"
 
@@ -357,6 +358,16 @@ TEST(Prices, ExampleSheetParses) {
   EXPECT_DOUBLE_EQ(spot.list_hourly(8, 2, "NVIDIA H200", 64ull << 30), cloud.hourly(8, 2, "NVIDIA H200", 64ull << 30))
       << "the same list prices";
   EXPECT_NEAR(spot.hourly(8, 2, "NVIDIA H200", 64ull << 30), 0.4 * cloud.hourly(8, 2, "NVIDIA H200", 64ull << 30), 1e-12);
+}
+
+TEST(PricesConfigured, RcostPricesThenRsubAutoPricesRelativeToTheConfigFile) {
+  testing::TempDir dir;
+  testing::write(dir.file("a.toml"), "[rcost]\nprices = \"sheets/p.toml\"\n[rsub.auto]\nprices = \"/x/q.toml\"\n");
+  testing::write(dir.file("b.toml"), "[rsub.auto]\nprices = \"q.toml\"\n");
+  testing::write(dir.file("c.toml"), "[rtop]\npolicy = \"pack\"\n");
+  EXPECT_EQ(configured_price_sheet(load_config(dir.file("a.toml"))), dir.file("sheets/p.toml"));
+  EXPECT_EQ(configured_price_sheet(load_config(dir.file("b.toml"))), dir.file("q.toml"));
+  EXPECT_EQ(configured_price_sheet(load_config(dir.file("c.toml"))), std::nullopt);
 }
 
 }  // namespace

@@ -66,6 +66,15 @@ TEST(RtopSample, UtilisationIsBusyOverElapsed) {
   EXPECT_DOUBLE_EQ(utilisation(before[2], after[2]), 0.1);
 }
 
+TEST(RtopSample, MeminfoValuesInBytes) {
+  const char* meminfo = "MemTotal:       16318264 kB\nMemFree:  5 kB\nMemAvailable:   12000000 kB\nHighMemTotal: 7 kB\n";
+  EXPECT_EQ(meminfo_bytes(meminfo, "MemTotal"), 16318264ull * 1024);
+  EXPECT_EQ(meminfo_bytes(meminfo, "MemAvailable"), 12000000ull * 1024);
+  EXPECT_EQ(meminfo_bytes("HighMemTotal: 7 kB\nMemTotal: 9 kB\n", "MemTotal"), 9ull * 1024);  // whole keys only
+  EXPECT_EQ(meminfo_bytes(meminfo, "SwapTotal"), 0u);
+  EXPECT_EQ(meminfo_bytes("MemTotal: lots\n", "MemTotal"), 0u);
+}
+
 TEST(RtopSample, CountersThatGoBackwardsGiveZero) {
   EXPECT_DOUBLE_EQ(utilisation({500, 1000}, {100, 200}), 0.0);   // counters reset (CPU hot-plug)
   EXPECT_DOUBLE_EQ(utilisation({500, 1000}, {400, 1100}), 0.0);  // busy went back, total moved
@@ -76,6 +85,8 @@ TEST(RtopSample, SamplerReadsThisMachine) {
   Sampler s;
   Json j = s.next(0.05);
   EXPECT_EQ(j["schema"], "rkit.sample.v1");
+  EXPECT_EQ(j["host"], host_name());
+  EXPECT_FALSE(host_name().empty());
   double util = j["cpu_util"].get<double>();
   EXPECT_GE(util, 0.0);
   EXPECT_LE(util, 1.0);

@@ -25,8 +25,7 @@ double unix_now() {
 // --prices, else rcost.prices, else rsub.auto.prices (the sheet rsub's placement reads).
 PriceSheet prices_from(const std::string& flag, Tool& tool) {
   std::string path = flag;
-  if (path.empty()) path = tool.config().get_string("rcost.prices").value_or("");
-  if (path.empty()) path = tool.config().get_string("rsub.auto.prices").value_or("");
+  if (path.empty()) path = configured_price_sheet(tool.config()).value_or("");
   if (path.empty())
     usage_error("no price sheet: give --prices FILE or set rcost.prices in the configuration (examples/prices.toml)");
   return load_prices(path);

@@ -1,17 +1,21 @@
-// rtop: topology probe, link matrix, rank placement and live samples.
+// rtop: topology probe, link matrix, rank placement, live samples and a Prometheus exporter.
 #include <iostream>
 
 #include "render.hpp"
 #include "rkit/cli.hpp"
+#include "rkit/interrupt.hpp"
 #include "rkit/placement.hpp"
+#include "rkit/process.hpp"
 #include "rkit/topology.hpp"
 #include "rkit/units.hpp"
 #include "sample.hpp"
+#include "serve.hpp"
 
 int main(int argc, char** argv) {
   using namespace rkit;
   using namespace rkit::rtop;
-  Tool tool("rtop", "Probe the machine's topology: CPUs, NUMA, caches, GPUs, NICs, links; place ranks; sample usage");
+  Tool tool("rtop",
+            "Probe the machine's topology: CPUs, NUMA, caches, GPUs, NICs, links; place ranks; sample usage; serve metrics");
   CLI::App& app = tool.app();
   ProbeOptions probe_opt;
   std::string input, synthetic, gpus;
@@ -43,8 +47,49 @@ int main(int argc, char** argv) {
   sample_cmd->add_option("--interval", interval, "Time between samples, at most 1d (default 1s)")->type_name("DURATION");
   sample_cmd->add_option("--count", count, "Number of samples (default: until interrupted)")->type_name("N");
 
+  auto* serve_cmd = tool.add_subcommand(
+      "serve", "Serve Prometheus metrics over HTTP: node, GPUs, the local rsub queue, cost per tenant");
+  std::string listen = "127.0.0.1:9464", prices, window = "5s";
+  bool no_queue = false;
+  serve_cmd->add_option("--listen", listen, "Address to listen on (default 127.0.0.1:9464; port 0: any free port)")
+      ->type_name("HOST:PORT");
+  serve_cmd->add_option("--prices", prices, "Price sheet for the cost per tenant (default: rcost.prices, else rsub.auto.prices)")
+      ->type_name("FILE");
+  serve_cmd->add_option("--interval", window, "Window of the CPU utilisation gauge, at most 1d (default 5s)")
+      ->type_name("DURATION");
+  serve_cmd->add_flag("--no-queue", no_queue, "Do not read the rsub job store: no queue or cost metrics");
+
   return tool.run(argc, argv, [&]() -> int {
     const CommonOptions& opts = tool.options();
+    if (*serve_cmd) {
+      if (app.count("--input") || app.count("--synthetic") || app.count("--gpus"))
+        usage_error("serve reads this machine: --input, --synthetic and --gpus do not apply");
+      if (opts.format() != Format::Table) usage_error("serve writes Prometheus text: --json and --csv do not apply");
+      if (no_queue && serve_cmd->count("--prices"))
+        usage_error("--prices with --no-queue: the prices are for the queue's running jobs");
+      if (serve_cmd->count("--prices") && prices.empty()) usage_error("--prices: empty file name");
+      ServeOptions so;
+      so.listen = parse_listen(listen);
+      so.cpu_window_s = parse_sample_interval(window);
+      so.use_nvml = probe_opt.use_nvml;
+      so.queue = !no_queue;
+      so.quiet = opts.quiet;
+      if (so.queue) {
+        so.rsub_program = rkit_program("rsub");
+        so.rsub_config = rsub_config_text(tool.config());
+        so.prices = serve_prices(tool.config(), serve_cmd->count("--prices") ? std::optional(prices) : std::nullopt);
+      }
+      InterruptGuard guard;  // SIGINT, SIGTERM, SIGHUP stop the server; then rtop ends of that signal
+      {
+        Exporter exporter(so);
+        serve(exporter, so.listen, [](const std::string& url) {
+          std::cout << url << std::endl;
+          check_stdout();
+        });
+      }
+      guard.reraise();
+      return 0;
+    }
     if (app.count("--input")) probe_opt.xml_path = input;
     if (app.count("--synthetic")) probe_opt.synthetic = synthetic;
     if (app.count("--gpus")) probe_opt.gpu_fixture = gpus;

@@ -1,5 +1,7 @@
 #include "sample.hpp"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <sstream>
 #include <thread>
@@ -45,20 +47,35 @@ double parse_sample_interval(const std::string& text) {
   return s;
 }
 
+std::string host_name() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0) return {};
+  return name;
+}
+
+std::uint64_t meminfo_bytes(const std::string& text, const std::string& key) {
+  // "MemTotal:       16318264 kB", at the start of a line.
+  std::size_t pos = 0;
+  for (;;) {
+    pos = text.find(key + ":", pos);
+    if (pos == std::string::npos) return 0;
+    if (pos == 0 || text[pos - 1] == '\n') break;
+    pos += key.size();
+  }
+  try {
+    return std::stoull(text.substr(pos + key.size() + 1)) * 1024;
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
+
 Sampler::Sampler(bool use_nvml) {
+  host_ = host_name();
   last_ = parse_proc_stat(read_file("/proc/stat"));
   last_time_ = deadline_ = std::chrono::steady_clock::now();
   std::string why;
   if (use_nvml) nvml_ = Nvml::load(why);
 }
-
-namespace {
-std::uint64_t meminfo_kib(const std::string& text, const std::string& key) {
-  auto pos = text.find(key + ":");
-  if (pos == std::string::npos) return 0;
-  return std::stoull(text.substr(pos + key.size() + 1));
-}
-}  // namespace
 
 Json Sampler::next(double interval_s) {
   using Clock = std::chrono::steady_clock;
@@ -71,6 +88,7 @@ Json Sampler::next(double interval_s) {
   std::vector<CpuTimes> cur = parse_proc_stat(read_file("/proc/stat"));
   Json j;
   j["schema"] = "rkit.sample.v1";
+  j["host"] = host_.empty() ? Json(nullptr) : Json(host_);
   j["time_unix_s"] = std::chrono::duration<double>(now.time_since_epoch()).count();
   j["interval_s"] = std::chrono::duration<double>(taken - last_time_).count();
   last_time_ = taken;
@@ -81,7 +99,7 @@ Json Sampler::next(double interval_s) {
   last_ = std::move(cur);
 
   std::string mem = read_file("/proc/meminfo");
-  std::uint64_t total = meminfo_kib(mem, "MemTotal") * 1024, avail = meminfo_kib(mem, "MemAvailable") * 1024;
+  std::uint64_t total = meminfo_bytes(mem, "MemTotal"), avail = meminfo_bytes(mem, "MemAvailable");
   j["memory_total_bytes"] = total;
   j["memory_available_bytes"] = avail;
   j["memory_used_bytes"] = total - std::min(total, avail);

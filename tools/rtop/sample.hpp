@@ -1,8 +1,8 @@
 // File: tools/rtop/sample.hpp
 //
-// Live utilisation samples (rkit.sample.v1): per-CPU utilisation over an interval
-// from /proc/stat, memory from /proc/meminfo, load from /proc/loadavg, and per-GPU
-// utilisation, memory and power from NVML when it loads.
+// Live utilisation samples (rkit.sample.v1): the host name, per-CPU utilisation over
+// an interval from /proc/stat, memory from /proc/meminfo, load from /proc/loadavg, and
+// per-GPU utilisation, memory and power from NVML when it loads.
 //
 //   rkit::rtop::Sampler s;                  // takes the first /proc/stat reading
 //   Json rec = s.next(1.0);                 // sleeps 1 s, returns one record
@@ -33,6 +33,12 @@ double utilisation(const CpuTimes& before, const CpuTimes& after);
 // The --interval text as seconds: a duration in (0, 1d]. Throws Error(Usage).
 double parse_sample_interval(const std::string& text);
 
+// This machine's host name (gethostname), as rkit.job.v1's "host" names it; "" if unknown.
+std::string host_name();
+
+// Memory from /proc/meminfo text: the value of `key` ("MemTotal") in bytes; 0 when absent.
+std::uint64_t meminfo_bytes(const std::string& text, const std::string& key);
+
 class Sampler {
  public:
   explicit Sampler(bool use_nvml = true);
@@ -43,6 +49,7 @@ class Sampler {
  private:
   std::vector<CpuTimes> last_;
   std::chrono::steady_clock::time_point last_time_, deadline_;
+  std::string host_;
   std::unique_ptr<Nvml> nvml_;
 };
 

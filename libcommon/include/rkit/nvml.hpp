@@ -33,8 +33,11 @@ struct NvmlDevice {
 
 struct NvmlUsage {
   std::optional<double> util;  // 0..1
-  std::optional<std::uint64_t> memory_used_bytes, memory_total_bytes;
+  std::optional<std::uint64_t> memory_used_bytes, memory_total_bytes, memory_free_bytes;
   std::optional<double> power_w;
+  // Energy used since the driver was last loaded, in millijoules, as NVML counts it
+  // (nvmlDeviceGetTotalEnergyConsumption: Volta and later; absent before).
+  std::optional<std::uint64_t> total_energy_mj;
 };
 
 class Nvml {

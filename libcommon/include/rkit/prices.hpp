@@ -25,10 +25,13 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace rkit {
+
+struct Config;
 
 // Hours in a (depreciation) year: 365 × 24.
 inline constexpr double kHoursPerYear = 8760;
@@ -111,5 +114,10 @@ std::vector<PriceLine> price_lines(const PriceSheet& sheet);
 // (spot_discount on the spot market, purchase_price or depreciation_years in a derived
 // price), or not allowed (spot_discount off the spot market), or an unknown key.
 PriceSheet load_prices(const std::string& path);
+
+// The price sheet the configuration names for reports and metrics: rcost.prices, else
+// rsub.auto.prices (the sheet rsub --backend auto reads); a relative path is taken
+// from the configuration file's folder. nullopt when neither is set.
+std::optional<std::string> configured_price_sheet(const Config& config);
 
 }  // namespace rkit
