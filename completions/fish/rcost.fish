@@ -19,6 +19,7 @@ complete -c rcost -n '__fish_seen_subcommand_from report' -l share-idle -x -a 'w
 complete -c rcost -n '__fish_seen_subcommand_from report' -l fail-over-budget -d 'Exit 1 when a tenant\'s cost in the window is over its prorated monthly budget'
 complete -c rcost -n '__fish_seen_subcommand_from report' -l strict -d 'Stop at the first bad record (exit 65) instead of counting and skipping it'
 complete -c rcost -n '__fish_seen_subcommand_from report' -l slurm-backend -x -d 'The price sheet backend that sacct jobs ran on (default slurm)'
+complete -c rcost -n '__fish_seen_subcommand_from report' -l capacity-backend -x -d 'The price sheet backend that prices a sampled host none of whose jobs is in the input (default local)'
 complete -c rcost -n '__fish_seen_subcommand_from report' -l threads -x -d 'Threads that parse and sum (default: all usable cores)'
 complete -c rcost -n '__fish_seen_subcommand_from report' -F
 complete -c rcost -n '__fish_seen_subcommand_from perf' -l backend -x -d 'The price sheet backend to price the benchmarked machine at (default local)'

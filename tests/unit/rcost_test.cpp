@@ -323,5 +323,99 @@ TEST(RcostOutput, MoneyHasCentsAndSeparators) {
   EXPECT_EQ(money(999.999), "1,000.00");
 }
 
+TEST(RcostRead, OtherToolsRecordsAreIgnoredNotBadAndJoinedLinesAreSeen) {
+  Files f;
+  const std::string bench = R"({"schema":"rkit.bench.v1","suite":"cpu.stream","params":{"a":[1,2]}})";
+  const std::string path =
+      f.file("mixed.jsonl", bench + "\n" + R"({"schema":"rkit.train.event.v1","event":"step"})" "\n" +
+                                R"({"schema":"rkit.cost.summary.v1","total":{}})" "\n" + job_line(1, "a", kDay0, kDay0 + 60, 0, 1) +
+                                "\n" + bench + job_line(2, "a", kDay0, kDay0 + 60, 0, 1) + "\n");
+  const Dataset d = read_inputs({path}, ReadOptions{});
+  EXPECT_EQ(d.ignored, 3u);
+  EXPECT_EQ(d.jobs.size(), 1u) << "job 2 shares its line with a bench record: the line is bad";
+  ASSERT_EQ(d.bad_count, 1u);
+  EXPECT_EQ(d.bad[0].where, path + ":5");
+}
+
+TEST(RcostRead, OutOfRangeNumbersAreBadRecords) {
+  Files f;
+  std::string text;
+  text += job_line(1, "a", kDay0, kDay0 + 60, 0, 1, R"(,"tasks":-1,"memory_per_task_bytes":-1e12)") + "\n";
+  text += job_line(2, "a", kDay0, kDay0 + 60, 0, 1).replace(job_line(2, "a", kDay0, kDay0 + 60, 0, 1).find("\"cpus\":1"), 8, "\"cpus\":1e308") + "\n";
+  text += job_line(3, "a", -5e15, kDay0, 0, 1) + "\n";
+  text += R"({"schema":"rkit.sample.v1","host":"h","time_unix_s":1793491200,"interval_s":1e300})" "\n";
+  text += R"({"schema":"rkit.sample.v1","host":"h","time_unix_s":1793491200,"interval_s":10,"cores":-2})" "\n";
+  const Dataset d = read_inputs({f.file("x.jsonl", text)}, ReadOptions{});
+  EXPECT_EQ(d.bad_count, 5u);
+  EXPECT_TRUE(d.jobs.empty());
+  EXPECT_TRUE(d.samples.empty());
+  Tres t;
+  EXPECT_FALSE(parse_tres("cpu=nan", t));
+  EXPECT_FALSE(parse_tres("cpu=inf", t));
+  EXPECT_FALSE(parse_tres("mem=4X", t));
+}
+
+TEST(RcostRead, BlankLinesBeforeTheFirstRecordAreSkippedHoweverMany) {
+  Files f;
+  const std::string joined = f.file("joined.jsonl", job_line(1, "a", kDay0, kDay0 + 60, 0, 1) + job_line(2, "b", kDay0, kDay0 + 60, 0, 1) + "\n");
+  const Dataset j = read_inputs({joined}, ReadOptions{});
+  EXPECT_TRUE(j.jobs.empty()) << "two records on one line: neither is used";
+  EXPECT_EQ(j.bad_count, 1u);
+  const std::string path = f.file("blank.jsonl", std::string(1500000, '\n') + job_line(1, "a", kDay0, kDay0 + 60, 0, 1) +
+                                                     "\n{\"schema\":\"rkit.job.v1\"}\n");
+  const Dataset d = read_inputs({path}, ReadOptions{});
+  EXPECT_EQ(d.jobs.size(), 1u);
+  ASSERT_EQ(d.bad.size(), 1u);
+  EXPECT_EQ(d.bad[0].where, path + ":1500002");
+}
+
+TEST(RcostReport, JobsOutsideTheWindowGetNoRowAndNoIdleShare) {
+  Sampled s;
+  ReportOptions opt;
+  opt.since = kDay0 + 3 * 3600;  // after both jobs ended; samples go on
+  opt.until = kDay0 + 4 * 3600;
+  opt.prices = &s.sheet;
+  opt.share_idle = ShareIdle::Even;
+  const Report r = make_report(s.data, opt);
+  ASSERT_EQ(r.rows.size(), 1u);
+  EXPECT_TRUE(r.rows[0].idle_row) << "nobody to share with: the idle row keeps it";
+  EXPECT_DOUBLE_EQ(r.gpu.unallocated, 2);
+}
+
+TEST(RcostReport, CpuCapacityIsInCoresWhenSamplesSayHowMany) {
+  Files f;
+  // 2 cores of 2 threads each, all four threads busy; the job holds both cores.
+  const std::string text =
+      job_line(1, "a", kDay0, kDay0 + 3600, 0, 2, R"(,"host":"h","alloc":[{"task":0,"pus":[0,1,2,3],"gpus":[]}])") + "\n" +
+      R"({"schema":"rkit.sample.v1","host":"h","time_unix_s":1793494800,"interval_s":3600,"cores":2,"cpu_util":1,)"
+      R"("cpu_util_per_cpu":[1,1,1,1],"memory_total_bytes":0,"gpus":[]})" "\n";
+  const Dataset d = read_inputs({f.file("smt.jsonl", text)}, ReadOptions{});
+  ReportOptions opt;
+  opt.since = kDay0;
+  opt.until = kDay0 + 3600;
+  opt.prices = &f.sheet;
+  const Report r = make_report(d, opt);
+  EXPECT_DOUBLE_EQ(r.cpu.capacity, 2);
+  EXPECT_DOUBLE_EQ(r.cpu.used, 2);
+  EXPECT_DOUBLE_EQ(r.cpu.unallocated, 0);
+}
+
+TEST(RcostReport, BudgetTotalsAreTheSumOfTheTenantsRows) {
+  Sampled s;
+  ReportOptions opt;
+  opt.keys = {Key::Tenant, Key::User};
+  opt.since = kDay0;
+  opt.until = kDay0 + 4 * 3600;
+  opt.prices = &s.sheet;
+  opt.share_idle = ShareIdle::Even;
+  opt.budgets = {{"a", 1}};
+  const Report r = make_report(s.data, opt);
+  double rows = 0;
+  for (const Row& row : r.rows)
+    if (row.keys[0] == "a") rows += row.total_cost();
+  ASSERT_EQ(r.budgets.size(), 1u);
+  EXPECT_DOUBLE_EQ(r.budgets[0].cost, rows);
+}
+
 }  // namespace
 }  // namespace rkit::rcost

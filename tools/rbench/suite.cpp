@@ -139,16 +139,4 @@ std::vector<double> time_repetitions(int warmup, int reps, const std::function<v
   return out;
 }
 
-unsigned physical_cores() {
-  hwloc_topology_t topo;
-  if (hwloc_topology_init(&topo) != 0) return usable_cpus();
-  unsigned cores = 0;
-  hwloc_bitmap_t allowed = hwloc_bitmap_alloc();
-  if (allowed && hwloc_topology_load(topo) == 0 && hwloc_get_cpubind(topo, allowed, HWLOC_CPUBIND_PROCESS) == 0)
-    cores = static_cast<unsigned>(hwloc_get_nbobjs_inside_cpuset_by_type(topo, allowed, HWLOC_OBJ_CORE));
-  hwloc_bitmap_free(allowed);
-  hwloc_topology_destroy(topo);
-  return cores > 0 ? cores : usable_cpus();
-}
-
 }  // namespace rkit::rbench

@@ -121,8 +121,4 @@ inline std::uint64_t mix64(std::uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// Physical cores among the CPUs this process may use (SMT siblings counted once);
-// rkit::usable_cpus() when hwloc cannot tell.
-unsigned physical_cores();
-
 }  // namespace rkit::rbench

@@ -3,6 +3,7 @@
 // Compiled twice (RCOST_ISA = haswell with -march=haswell, generic without): see
 // records_impl.hpp.
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 #include "records_impl.hpp"
@@ -16,7 +17,10 @@ namespace od = simdjson::ondemand;
 // Key comparison against a literal, inlined (a record has ~36 keys; this is hot).
 template <std::size_t N>
 bool is(std::string_view key, const char (&name)[N]) {
-  return key.size() == N - 1 && std::memcmp(key.data(), name, N - 1) == 0;
+  if (key.size() != N - 1) return false;
+  for (std::size_t i = 0; i < N - 1; ++i)  // unrolled: a call to memcmp costs more than the compare
+    if (key[i] != name[i]) return false;
+  return true;
 }
 
 // The rkit.job.v1 fields rcost reads.
@@ -51,10 +55,23 @@ std::string_view raw_key(od::field& f) {
   return {p, static_cast<std::size_t>(q - p)};
 }
 
+// Limits that keep sums finite: a record beyond them is bad, not a NaN in the report.
+constexpr double kMaxUnits = 1e7;                     // cores or GPUs of one job
+constexpr double kMaxMemoryBytes = 1ull << 60;        // an exbibyte
+constexpr double kMaxSampleInterval = 86400;          // rtop sample --interval's limit
+bool plausible_time(double t) { return t >= 0 && t < 8589934592.0; }  // 2^33 s: year 2242
+
+// Fields whose last value is cached (ChunkParser::name).
+enum class Slot { Backend, Tenant, User, Project, GpuType, Host, State, Other };
+constexpr std::size_t kSlots = 8;
+
 class ChunkParser {
  public:
-  ChunkParser(const Input& in, InputKind kind, const SacctColumns& cols, const ReadOptions& opt)
-      : in_(in), kind_(kind), cols_(cols), opt_(opt) {}
+  // `parser` and `buffer` are the thread's own, kept from chunk to chunk: making them
+  // anew for each 16 MiB chunk costs the kernel fresh zeroed pages every time.
+  ChunkParser(const Input& in, InputKind kind, const SacctColumns& cols, const ReadOptions& opt, od::parser& parser,
+              std::string& buffer)
+      : in_(in), kind_(kind), cols_(cols), opt_(opt), parser_(parser), buffer_(buffer) {}
 
   // Parses the lines of [from, to) of the input.
   void parse(std::size_t from, std::size_t to, ChunkResult& out) {
@@ -104,13 +121,18 @@ class ChunkParser {
     std::string_view schema;
     if (obj.find_field_unordered("schema").get_string().get(schema)) return fail("no \"schema\" field");
     if (obj.reset().error()) return fail("not JSON");
-    bool ok;
+    const struct {
+      std::size_t jobs, samples, units, utils, gpu_utils;
+    } mark{out_->data.jobs.size(), out_->data.samples.size(), out_->data.units.size(), out_->data.utils.size(),
+           out_->data.gpu_utils.size()};
+    bool ok, ignored = false;
     if (schema == "rkit.job.v1") ok = job_record(obj);
     else if (schema == "rkit.sample.v1") ok = sample_record(obj);
     else if (schema.starts_with("rkit.bench.") || schema.starts_with("rkit.train.event.") ||
              schema.starts_with("rkit.cost.")) {
-      ++out_->data.ignored;
-      ok = true;
+      std::string_view raw;  // read to its end, so that text after it is seen
+      ok = !obj.raw_json().get(raw) || fail("not JSON");
+      ignored = true;
     } else if (schema.starts_with("rkit.job.v") || schema.starts_with("rkit.sample.v")) {
       ok = fail(fmt::format("schema {} is a version this rcost does not know", schema));
     } else {
@@ -118,7 +140,17 @@ class ChunkParser {
     }
     // Text after the object (two records on one line: a lost newline) is damage too.
     const char* after = nullptr;
-    if (ok && !doc.current_location().get(after)) return fail("text after the JSON object (a missing newline?)");
+    if (ok && !doc.current_location().get(after)) {
+      // The line is bad as a whole: what its first record added goes.
+      Dataset& d = out_->data;
+      d.jobs.resize(mark.jobs);
+      d.samples.resize(mark.samples);
+      d.units.resize(mark.units);
+      d.utils.resize(mark.utils);
+      d.gpu_utils.resize(mark.gpu_utils);
+      return fail("text after the JSON object (a missing newline?)");
+    }
+    if (ok && ignored) ++out_->data.ignored;
     return ok;
   }
 
@@ -137,14 +169,28 @@ class ChunkParser {
     if (v.get_double().get(out) || !std::isfinite(out)) return fail(fmt::format("\"{}\" must be a number", key));
     return true;
   }
-  bool name(od::value v, std::string_view key, std::uint32_t& out, bool nullable) {
+  // A string interned into `out` (slot: a cache of the field's last value), or null
+  // (id 0) when `nullable`. With `keep` false the type is checked and nothing is kept.
+  bool name(od::value v, std::string_view key, std::uint32_t& out, bool nullable, Slot slot, bool keep = true) {
     if (nullable && v.is_null().value_unsafe()) {
       out = 0;
       return true;
     }
+    if (!keep) {
+      od::json_type type;
+      if (v.type().get(type) || type != od::json_type::string) return fail(fmt::format("\"{}\" must be a string", key));
+      return true;
+    }
     std::string_view s;
     if (v.get_string().get(s)) return fail(fmt::format("\"{}\" must be a string", key));
+    const auto i = static_cast<std::size_t>(slot);
+    if (last_id_[i] && last_name_[i] == s) {
+      out = last_id_[i];
+      return true;
+    }
     out = out_->data.strings.id(s);
+    last_name_[i] = s;
+    last_id_[i] = out;
     return true;
   }
   bool job_record(od::object obj) {
@@ -164,33 +210,33 @@ class ChunkParser {
         case JobField::Id: {
           std::string_view s;
           if (v.get_string().get(s)) return fail("\"id\" must be a string");
-          j.id = s;
+          if (opt_.ids) j.id = s;
           seen |= kId;
           break;
         }
         case JobField::Backend:
-          if (!name(v, key, j.backend, false)) return false;
+          if (!name(v, key, j.backend, false, Slot::Backend)) return false;
           seen |= kBackend;
           break;
         case JobField::Tenant:
-          if (!name(v, key, j.tenant, false)) return false;
+          if (!name(v, key, j.tenant, false, Slot::Tenant)) return false;
           seen |= kTenant;
           break;
         case JobField::User:
-          if (!name(v, key, j.user, false)) return false;
+          if (!name(v, key, j.user, false, Slot::User, opt_.users)) return false;
           seen |= kUser;
           break;
         case JobField::Project:
-          if (!name(v, key, j.project, true)) return false;
+          if (!name(v, key, j.project, true, Slot::Project, opt_.projects)) return false;
           break;
         case JobField::GpuType:
-          if (!name(v, key, j.gpu_type, true)) return false;
+          if (!name(v, key, j.gpu_type, true, Slot::GpuType)) return false;
           break;
         case JobField::Host:
-          if (!name(v, key, j.node, true)) return false;
+          if (!name(v, key, j.node, true, Slot::Host)) return false;
           break;
         case JobField::State:
-          if (!name(v, key, j.state, false)) return false;
+          if (!name(v, key, j.state, false, Slot::State, opt_.states)) return false;
           seen |= kState;
           break;
         case JobField::Tasks:
@@ -236,6 +282,10 @@ class ChunkParser {
         d.units.resize(units_mark);
         return fail(fmt::format("missing field \"{}\"", field));
       }
+    if (tasks < 0 || mem_per_task < 0) {
+      d.units.resize(units_mark);
+      return fail("negative resources");
+    }
     j.memory_bytes = tasks * mem_per_task;
     if (!check_job(j)) {
       d.units.resize(units_mark);
@@ -280,6 +330,10 @@ class ChunkParser {
   // Checks that hold for every source.
   bool check_job(const Job& j) {
     if (j.cpus < 0 || j.gpus < 0 || j.memory_bytes < 0) return fail("negative resources");
+    if (j.cpus > kMaxUnits || j.gpus > kMaxUnits || j.memory_bytes > kMaxMemoryBytes)
+      return fail("resources out of range");
+    for (double t : {j.submit, j.eligible, j.start, j.end})
+      if (known(t) && !plausible_time(t)) return fail(fmt::format("time {} is not between 1970 and 2242", t));
     if (known(j.start) && known(j.end) && j.end < j.start)
       return fail(fmt::format("negative duration: ends {:.0f} s before it starts", j.start - j.end));
     if (known(j.start) && j.start < (known(j.eligible) ? j.eligible : j.submit))
@@ -311,12 +365,15 @@ class ChunkParser {
         if (!number(v, key, s.interval_s)) return undo();
         have_interval = true;
       } else if (key == "host") {
-        if (!name(v, key, s.host, false)) return undo();
+        if (!name(v, key, s.host, false, Slot::Other)) return undo();
         have_host = true;
       } else if (key == "cpu_util") {
         if (!number(v, key, s.cpu_util)) return undo();
       } else if (key == "memory_total_bytes") {
-        if (!number(v, key, s.memory_total_bytes)) return undo();
+        if (!number(v, key, s.memory_total_bytes) || s.memory_total_bytes < 0 || s.memory_total_bytes > kMaxMemoryBytes)
+          return fail("\"memory_total_bytes\" is out of range"), undo();
+      } else if (key == "cores") {
+        if (!number(v, key, s.cores) || s.cores < 0 || s.cores > kMaxUnits) return fail("\"cores\" is out of range"), undo();
       } else if (key == "cpu_util_per_cpu") {
         od::array a;
         if (v.get_array().get(a)) return fail("\"cpu_util_per_cpu\" must be an array"), undo();
@@ -332,7 +389,9 @@ class ChunkParser {
     if (!have_time) return fail("missing field \"time_unix_s\""), undo();
     if (!have_interval) return fail("missing field \"interval_s\""), undo();
     if (!have_host) return fail("missing field \"host\" (records of rtop before 0.2 lack it)"), undo();
-    if (s.interval_s <= 0) return fail("\"interval_s\" must be positive"), undo();
+    if (s.interval_s <= 0 || s.interval_s > kMaxSampleInterval)
+      return fail("\"interval_s\" must be more than 0 and at most a day"), undo();
+    if (!plausible_time(s.end)) return fail("\"time_unix_s\" is not between 1970 and 2242"), undo();
     s.cpus_count = static_cast<std::uint32_t>(d.utils.size() - utils_mark);
     s.gpus_count = static_cast<std::uint32_t>(d.gpu_utils.size() - gpus_mark);
     double sum = 0;
@@ -427,8 +486,11 @@ class ChunkParser {
   const SacctColumns& cols_;
   const ReadOptions& opt_;
   ChunkResult* out_ = nullptr;
-  od::parser parser_;
-  std::string buffer_;
+  od::parser& parser_;
+  std::string& buffer_;
+  // The last name read into each slot and its id: consecutive records often repeat them.
+  std::array<std::string, kSlots> last_name_;
+  std::array<std::uint32_t, kSlots> last_id_{};
   std::string why_;
 };
 
@@ -436,7 +498,9 @@ class ChunkParser {
 
 void parse_chunk(const Input& in, InputKind kind, const SacctColumns& cols, const ReadOptions& opt, std::size_t from,
                  std::size_t to, ChunkResult& out) {
-  ChunkParser(in, kind, cols, opt).parse(from, to, out);
+  thread_local od::parser parser;
+  thread_local std::string buffer;
+  ChunkParser(in, kind, cols, opt, parser, buffer).parse(from, to, out);
 }
 
 }  // namespace rkit::rcost::detail::RCOST_ISA

@@ -190,33 +190,6 @@ class Writer {
   std::string buffer_;
 };
 
-// What report.cpp's Builder knows of a sampled host and FOCUS rows need too: the GPU
-// its samples name first (in time order), and the backend most of its jobs ran on
-// ("local" without jobs), whose rates price its idle capacity.
-struct HostFacts {
-  std::uint32_t model = 0;
-  std::string backend = "local";
-};
-
-std::unordered_map<std::uint32_t, HostFacts> host_facts(const Dataset& data) {
-  std::unordered_map<std::uint32_t, HostFacts> hosts;
-  std::unordered_map<std::uint32_t, double> model_at;
-  for (const Sample& s : data.samples) {
-    HostFacts& h = hosts[s.host];
-    if (s.gpu_model && (!h.model || s.end < model_at[s.host])) {
-      h.model = s.gpu_model;
-      model_at[s.host] = s.end;
-    }
-  }
-  std::unordered_map<std::uint32_t, std::map<std::uint32_t, std::uint64_t>> backends;
-  for (const Job& j : data.jobs)
-    if (j.node && hosts.count(j.node)) ++backends[j.node][j.backend];
-  for (const auto& [host, counts] : backends)
-    hosts[host].backend = data.strings.name(
-        std::max_element(counts.begin(), counts.end(), [](auto& a, auto& b) { return a.second < b.second; })->first);
-  return hosts;
-}
-
 // The samples and jobs of each sampled host, by index.
 struct ByHost {
   std::vector<std::uint32_t> samples, jobs;
@@ -272,7 +245,7 @@ void write_focus(std::ostream& out, const Dataset& data, const ReportOptions& op
   const double since = whole.since, until = whole.until;
   by_day.since = since;
 
-  const auto hosts = host_facts(data);
+  const auto hosts = host_facts(data, opt.capacity_backend);
   Writer w(out, opt.prices->currency);
   const Strings& names = data.strings;
 

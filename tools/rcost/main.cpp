@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <iostream>
 
@@ -86,7 +87,7 @@ int main(int argc, char** argv) {
 
   auto* report_cmd = tool.add_subcommand("report", "Usage and cost grouped by tenant, user, day, ... from job records and samples");
   std::vector<std::string> files;
-  std::string by = "tenant", since, until, format, share = "weighted", slurm_backend = "slurm";
+  std::string by = "tenant", since, until, format, share = "weighted", slurm_backend = "slurm", capacity_backend = "local";
   bool fail_over_budget = false, strict = false;
   unsigned threads = 0;
   report_cmd->add_option("files", files, "rkit.job.v1 and rkit.sample.v1 records, or sacct -P text (- for stdin)")
@@ -108,6 +109,9 @@ int main(int argc, char** argv) {
   report_cmd->add_flag("--fail-over-budget", fail_over_budget, "Exit 1 when a tenant's cost in the window is over its prorated monthly budget");
   report_cmd->add_flag("--strict", strict, "Stop at the first bad record (exit 65) instead of counting and skipping it");
   report_cmd->add_option("--slurm-backend", slurm_backend, "The price sheet backend that sacct jobs ran on (default slurm)")
+      ->type_name("NAME");
+  report_cmd->add_option("--capacity-backend", capacity_backend,
+                         "The price sheet backend that prices a sampled host none of whose jobs is in the input (default local)")
       ->type_name("NAME");
   report_cmd->add_option("--threads", threads, "Threads that parse and sum (default: all usable cores)")->type_name("N");
 
@@ -131,6 +135,9 @@ int main(int argc, char** argv) {
       if (known(ro.since) && ro.since >= ro.until) usage_error("--since must be before --until");
       ro.share_idle = share == "even" ? ShareIdle::Even : share == "none" ? ShareIdle::None : ShareIdle::Weighted;
       ro.budgets = budgets_from(tool.config());
+      ro.capacity_backend = capacity_backend;
+      if (fail_over_budget && (format == "focus" || format == "html"))
+        usage_error("--fail-over-budget works with the table, json and csv formats");
       ro.threads = threads ? threads : std::max(1u, usable_cpus());
       const PriceSheet sheet = prices_from(prices_path, tool);
       ro.prices = &sheet;
@@ -139,6 +146,12 @@ int main(int argc, char** argv) {
       rd.slurm_backend = slurm_backend;
       rd.tenant_of_user = users_from(tool.config());
       rd.strict = strict;
+      // Keep only what the report shows (FOCUS rows show it all).
+      auto keyed = [&](Key k) { return format == "focus" || std::find(ro.keys.begin(), ro.keys.end(), k) != ro.keys.end(); };
+      rd.ids = keyed(Key::Job);
+      rd.users = keyed(Key::User);
+      rd.projects = keyed(Key::Project);
+      rd.states = keyed(Key::State);
       const Dataset data = read_inputs(inputs_or_stdin(files), rd);
       report_bad(data, common.quiet);
       const ReadStats stats{data.lines, data.bad_count, data.ignored};

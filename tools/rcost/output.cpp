@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "rkit/printer.hpp"
@@ -36,14 +37,17 @@ void add_figures(Json& j, const Report& r, const Row& row) {
   j["memory_gib_hours"] = row.memory_gib_hours;
   j["cost"] = row.cost;
   j["list_cost"] = row.list_cost;
+  // Without samples, what was used and what sat idle is unknown: null, not 0.
+  const bool sampled = r.samples > 0;
+  auto known_if = [](bool k, double v) { return k ? Json(v) : Json(nullptr); };
   j["gpu_sampled_hours"] = row.gpu_sampled_hours;
-  j["gpu_used_hours"] = row.gpu_used_hours;
-  j["gpu_idle_hours"] = row.gpu_idle_hours();
+  j["gpu_used_hours"] = known_if(row.gpu_sampled_hours > 0, row.gpu_used_hours);
+  j["gpu_idle_hours"] = known_if(row.gpu_sampled_hours > 0, row.gpu_idle_hours());
   j["core_sampled_hours"] = row.core_sampled_hours;
-  j["core_used_hours"] = row.core_used_hours;
-  j["core_idle_hours"] = row.core_idle_hours();
-  j["waste_cost"] = row.waste_cost;
-  j["idle_cost"] = row.idle_cost;
+  j["core_used_hours"] = known_if(row.core_sampled_hours > 0, row.core_used_hours);
+  j["core_idle_hours"] = known_if(row.core_sampled_hours > 0, row.core_idle_hours());
+  j["waste_cost"] = known_if(row.gpu_sampled_hours > 0 || row.core_sampled_hours > 0, row.waste_cost);
+  j["idle_cost"] = known_if(sampled, row.idle_cost);
   j["total_cost"] = row.total_cost();
   j["share"] = row.share;
   j["waits"] = row.wait_count;
@@ -67,6 +71,11 @@ std::vector<Column> columns(const Report& r) {
     for (char& c : header) c = c == '_' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
     cols.push_back({header, k});
   }
+  // Grouped by period alone, an __idle__ row has no key to say so: a column does.
+  const bool only_periods = std::all_of(r.key_names.begin(), r.key_names.end(),
+                                        [](const std::string& k) { return k == "day" || k == "month"; });
+  if (only_periods && std::any_of(r.rows.begin(), r.rows.end(), [](const Row& row) { return row.idle_row; }))
+    cols.push_back({"ROW", "idle", [](const Json& v) { return v.is_boolean() && v.get<bool>() ? "__idle__" : "jobs"; }});
   const std::vector<Column> figures = {
       {"JOBS", "jobs"},
       {"GPU_H", "gpu_hours", hours},

@@ -42,6 +42,7 @@ Priced price_bench(const Json& rec, const ResourcePrices& p, const std::string& 
     double gpus = 1;
     for (const char* k : {"gpus", "ranks"})
       if (params.contains(k) && params[k].is_number()) gpus = params[k].get<double>();
+    if (!(gpus >= 1 && gpus <= 1e7)) throw Error(Exit::DataErr, fmt::format("{}: the GPU count is out of range", where));
     std::size_t index = params.contains("gpu") && params["gpu"].is_number_unsigned() ? params["gpu"].get<std::size_t>() : 0;
     std::string model;
     if (host.contains("gpus") && host["gpus"].is_array() && index < host["gpus"].size())
@@ -52,6 +53,8 @@ Priced price_bench(const Json& rec, const ResourcePrices& p, const std::string& 
     throw Error(Exit::DataErr, fmt::format("{}: \"host.cores\" must be a number (an rbench record)", where));
   const double cores = host["cores"].get<double>();
   const double memory = host.contains("memory_bytes") && host["memory_bytes"].is_number() ? host["memory_bytes"].get<double>() : 0;
+  if (!(cores >= 0 && cores <= 1e7) || !(memory >= 0 && memory <= 0x1p60))
+    throw Error(Exit::DataErr, fmt::format("{}: \"host.cores\" or \"host.memory_bytes\" is out of range", where));
   return {p.hourly(cores, 0, "", static_cast<std::uint64_t>(memory)),
           fmt::format("{:g} cores, {:.0f} GiB", cores, memory / (1ull << 30))};
 }
@@ -60,13 +63,14 @@ Priced price_bench(const Json& rec, const ResourcePrices& p, const std::string& 
 Priced price_train(const Json& rec, const ResourcePrices& p, const std::string& where) {
   const std::string device = text_at(rec, "device");
   const double world = number_at(rec, "world_size", where);
+  if (!(world >= 1 && world <= 1e7)) throw Error(Exit::DataErr, fmt::format("{}: \"world_size\" is out of range", where));
   std::smatch m;
   if (device.starts_with("cuda")) {
     std::regex_search(device, m, std::regex(R"(\((.*)\))"));
     return price_gpus(p, world, m.empty() ? "" : m[1].str());
   }
   double threads = 1;
-  if (std::regex_search(device, m, std::regex(R"((\d+) BLAS thread)"))) threads = std::stod(m[1].str());
+  if (std::regex_search(device, m, std::regex(R"((\d{1,6}) BLAS thread)"))) threads = std::stod(m[1].str());
   const double cores = threads * world;
   return {p.hourly(cores, 0, "", 0), fmt::format("{:g} cores", cores)};
 }

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <charconv>
 #include <ctime>
 #include <thread>
@@ -25,7 +26,7 @@ std::uint64_t Strings::hash(std::string_view s) {
     h ^= h >> 32;
   }
   std::uint64_t tail = 0;
-  std::memcpy(&tail, s.data() + i, s.size() - i);
+  if (s.size() > i) std::memcpy(&tail, s.data() + i, s.size() - i);
   h = (h ^ tail) * 0xC4CEB9FE1A85EC53ull;
   return h ^ (h >> 29);
 }
@@ -116,8 +117,10 @@ std::vector<std::string_view> detail::split_bar(std::string_view line) {
 }
 
 bool detail::parse_number(std::string_view s, double& out) {
+  // Digits and a point only: from_chars would also take "nan", "inf" and a sign.
+  if (s.empty() || !std::isdigit(static_cast<unsigned char>(s.front()))) return false;
   const char* end = s.data() + s.size();
-  auto [p, ec] = std::from_chars(s.data(), end, out);
+  auto [p, ec] = std::from_chars(s.data(), end, out, std::chars_format::fixed);
   return ec == std::errc() && p == end;
 }
 
@@ -161,7 +164,10 @@ bool parse_tres(std::string_view s, Tres& out) {
           case 'T': scale = 1024.0 * 1024 * 1024 * 1024; break;
           default: break;
         }
-        if (!std::isdigit(static_cast<unsigned char>(value.back()))) value.remove_suffix(1);
+        if (!std::isdigit(static_cast<unsigned char>(value.back()))) {
+          if (scale == 1024.0 * 1024 && value.back() != 'M') return false;  // not K, M, G or T
+          value.remove_suffix(1);
+        }
       }
       double v = 0;
       if (!parse_number(value, v) || v < 0) return false;
@@ -231,20 +237,29 @@ void read_one(const std::string& path, const ReadOptions& opt, unsigned threads,
   const Input in(path);
   const std::size_t size = in.size();
   // The first non-blank line says what the input is: JSON, or sacct's header line.
-  std::string head_buffer;
-  const std::size_t head_size = std::min<std::size_t>(size, 1 << 20);
-  const std::string_view head(in.bytes(0, head_size, head_buffer), head_size);
-  std::size_t first = 0;
+  // Blank lines before it are skipped (and counted, for line numbers), however many.
+  std::string window;
+  std::size_t first = 0;  // where the first line that is not blank starts
   std::uint64_t header_lines = 0;
-  std::string_view line;
-  while (first < head.size()) {
-    const std::size_t end = std::min(head.find('\n', first), head.size());
-    line = trim(head.substr(first, end - first));
-    if (!line.empty()) break;
-    first = end + 1;
-    ++header_lines;
+  bool found = false;
+  for (std::size_t at = 0; !found && at < size;) {
+    const std::size_t to = std::min(size, at + (1 << 20));
+    const char* p = in.bytes(at, to, window);
+    for (std::size_t i = 0; i < to - at && !found; ++i) {
+      if (p[i] == '\n') {
+        ++header_lines;
+        first = at + i + 1;
+      } else if (p[i] != ' ' && p[i] != '\t' && p[i] != '\r') {
+        found = true;
+      }
+    }
+    at = to;
   }
-  if (first >= head.size()) return;
+  if (!found) return;
+  std::string head_buffer;
+  const std::size_t head_size = std::min<std::size_t>(size - first, 1 << 20);
+  const std::string_view head(in.bytes(first, first + head_size, head_buffer), head_size);
+  const std::string_view line = trim(head.substr(0, std::min(head.find('\n'), head.size())));
   InputKind kind = InputKind::Json;
   SacctColumns cols;
   std::size_t body = first;
@@ -254,7 +269,7 @@ void read_one(const std::string& path, const ReadOptions& opt, unsigned threads,
                   "rcost reads rkit.job.v1 and rkit.sample.v1 records, and `sacct -P` text with its header line");
     cols = sacct_columns(line, fmt::format("{}:{}", in.name(), header_lines + 1));
     kind = InputKind::Sacct;
-    body = in.line_start_after(first);
+    body = in.line_start_after(first);  // the line after the header
     header_lines += 1;
   }
   // Chunks of about 16 MiB (at least one per thread), each starting at a line.
@@ -292,6 +307,7 @@ void read_one(const std::string& path, const ReadOptions& opt, unsigned threads,
     }
     line_base += r.lines_in_chunk;
     merge(all, std::move(r.data));
+    r.data = Dataset();  // its memory goes back now, not when every chunk is merged
   }
 }
 

@@ -60,7 +60,11 @@ struct Sample {
   std::uint32_t cpus_at = 0, cpus_count = 0;  // per-CPU utilisation: Dataset::utils
   std::uint32_t gpus_at = 0, gpus_count = 0;  // per-GPU (index, util) pairs: Dataset::gpu_utils
   double memory_total_bytes = 0;
+  double cores = 0;             // physical cores; 0 when the record does not say
   std::uint32_t gpu_model = 0;  // the first GPU's name, when the record gives one
+
+  // CPU capacity in cores: jobs hold cores, and a core's SMT siblings are one core.
+  double cpu_capacity() const { return cores > 0 ? cores : cpus_count; }
 };
 
 struct BadRecord {
@@ -88,6 +92,9 @@ struct ReadOptions {
   std::string slurm_backend = "slurm";        // the backend `sacct` jobs ran on (price sheet)
   std::map<std::string, std::string> tenant_of_user;  // sacct: user → tenant (else Account)
   bool strict = false;                        // the first bad record throws Error(DataErr)
+  // What to keep of each job beyond what pricing and samples need (tenant, backend, GPU
+  // type, host): a report keeps what its keys and format show; the rest is checked only.
+  bool ids = true, users = true, projects = true, states = true;
 };
 
 // Reads every input (a path or "-") into one Dataset. Missing files throw

@@ -162,6 +162,26 @@ void Row::finish_waits() {
   std::vector<double>().swap(waits);
 }
 
+std::unordered_map<std::uint32_t, HostFacts> host_facts(const Dataset& data, const std::string& fallback_backend) {
+  std::unordered_map<std::uint32_t, HostFacts> hosts;
+  std::unordered_map<std::uint32_t, double> model_at;
+  for (const Sample& s : data.samples) {
+    HostFacts& h = hosts[s.host];
+    if (h.backend.empty()) h.backend = fallback_backend;
+    if (s.gpu_model && (!h.model || s.end < model_at[s.host])) {
+      h.model = s.gpu_model;
+      model_at[s.host] = s.end;
+    }
+  }
+  std::unordered_map<std::uint32_t, std::map<std::uint32_t, std::uint64_t>> backends;
+  for (const Job& j : data.jobs)
+    if (j.node && hosts.count(j.node)) ++backends[j.node][j.backend];
+  for (const auto& [host, counts] : backends)
+    hosts[host].backend = data.strings.name(
+        std::max_element(counts.begin(), counts.end(), [](auto& a, auto& b) { return a.second < b.second; })->first);
+  return hosts;
+}
+
 // ------------------------------------------------------------------ the report
 
 namespace {
@@ -198,7 +218,7 @@ struct Periods {
   template <class F>
   void split(double a, double b, F&& f) const {
     if (kind == None) {
-      f(std::int64_t{0}, a, b);
+      if (b > a) f(std::int64_t{0}, a, b);
       return;
     }
     for (std::int64_t i = index(a); a < b; ++i) {
@@ -265,9 +285,9 @@ class Builder {
       else if (k == Key::Month) periods_.kind = Periods::Month;
       else attr_keys_.push_back(k);
     }
-    if (attr_keys_.size() > kMaxKeys) usage_error("--by: too many keys");
     window();
     index_samples();
+    hosts_ = host_facts(data, opt.capacity_backend);
   }
 
   Report build() {
@@ -309,7 +329,7 @@ class Builder {
   const Rates& rates_of(const Job& j, std::unordered_map<std::uint64_t, Rates>& cache) const {
     std::uint32_t model = j.gpu_type;
     if (model == 0)
-      if (auto it = host_model_.find(j.node); it != host_model_.end()) model = it->second;
+      if (auto it = hosts_.find(j.node); it != hosts_.end()) model = it->second.model;
     const std::uint64_t key = (static_cast<std::uint64_t>(j.backend) << 32) | model;
     auto it = cache.find(key);
     if (it == cache.end())
@@ -386,7 +406,6 @@ class Builder {
       std::vector<std::uint32_t> kept;
       for (std::uint32_t i : list) {
         const Sample& s = data_.samples[i];
-        if (s.gpu_model && !host_model_.count(host)) host_model_[host] = s.gpu_model;
         if (s.end <= covered) continue;
         starts_[i] = std::max(start(i), covered);
         covered = s.end;
@@ -430,6 +449,7 @@ class Builder {
     for (std::size_t i = 0; i < data_.jobs.size(); ++i) {
       const Job& j = data_.jobs[i];
       if (!known(j.start) || j.node == 0 || !by_host_.count(j.node)) continue;
+      if (job_end(j) <= std::max(j.start, periods_.window_start)) continue;  // no run in the window
       sampled.push_back(i);
       each_sample(j.node, std::max(j.start, periods_.window_start), job_end(j), [&](std::uint32_t s, double a, double b) {
         held_gpu_[s] += j.gpus * (b - a);
@@ -449,7 +469,7 @@ class Builder {
           const Sample& s = data_.samples[si];
           const double len = b - a;
           const auto [sa, sb] = span(si);
-          const double cap_g = s.gpus_count * (sb - sa), cap_c = s.cpus_count * (sb - sa);
+          const double cap_g = s.gpus_count * (sb - sa), cap_c = s.cpu_capacity() * (sb - sa);
           const double fg = held_gpu_[si] > cap_g ? cap_g / held_gpu_[si] : 1;
           const double fc = held_cpu_[si] > cap_c ? cap_c / held_cpu_[si] : 1;
           double ug = j.gpus * s.gpu_util_mean;
@@ -491,22 +511,14 @@ class Builder {
   // Every sampled second of capacity lands in one bucket: used, allocated idle, or
   // unallocated; the unallocated part is priced at the host's rates into the idle pool.
   void capacity(Report& r) {
-    // A host's backend: the one most of its jobs ran on, else "local".
-    std::unordered_map<std::uint32_t, std::map<std::uint32_t, std::uint64_t>> backends;
-    for (const Job& j : data_.jobs)
-      if (j.node && by_host_.count(j.node)) ++backends[j.node][j.backend];
     for (const auto& [host, list] : by_host_) {
-      std::string backend = "local";
-      if (auto it = backends.find(host); it != backends.end())
-        backend = data_.strings.name(
-            std::max_element(it->second.begin(), it->second.end(), [](auto& a, auto& b) { return a.second < b.second; })->first);
-      const auto model = host_model_.find(host);
-      const Rates rate = job_rates(*opt_.prices, backend, model == host_model_.end() ? "" : data_.strings.name(model->second));
+      const HostFacts& facts = hosts_.at(host);
+      const Rates rate = job_rates(*opt_.prices, facts.backend, data_.strings.name(facts.model));
       for (std::uint32_t si : list) {
         const Sample& s = data_.samples[si];
         const auto [a, b] = span(si);
         if (b <= a) continue;
-        const double cap_g = s.gpus_count * (b - a), cap_c = s.cpus_count * (b - a);
+        const double cap_g = s.gpus_count * (b - a), cap_c = s.cpu_capacity() * (b - a);
         const double cap_m = s.memory_total_bytes / (1ull << 30) * (b - a);
         const double held_g = std::min(cap_g, held_gpu_[si]), held_c = std::min(cap_c, held_cpu_[si]);
         const double held_m = std::min(cap_m, held_mem_[si]);
@@ -635,8 +647,19 @@ class Builder {
         if (auto it = opt_.budgets.find(row.keys[at]); it != opt_.budgets.end() && !row.idle_row)
           row.budget = prorated(it->second, row.span_start, row.span_end);
     }
-    // Over the whole window: the tenant's cost plus its share of idle capacity, shared
-    // per period by the same rule as the rows.
+    // Over the whole window: the tenant's total as its rows show it when the report is
+    // by tenant; else its cost plus its share of idle capacity, shared per period by
+    // tenant.
+    if (tenant_at != opt_.keys.end()) {
+      const std::size_t at = static_cast<std::size_t>(tenant_at - opt_.keys.begin());
+      for (const auto& [tenant, monthly] : opt_.budgets) {
+        TenantBudget b{tenant, 0, prorated(monthly, periods_.window_start, periods_.window_end)};
+        for (const Row& row : r.rows)
+          if (!row.idle_row && row.keys[at] == tenant) b.cost += row.total_cost();
+        r.budgets.push_back(b);
+      }
+      return;
+    }
     std::map<std::uint32_t, double> total;
     std::unordered_map<std::int64_t, std::pair<double, std::size_t>> per_bucket;
     for (const auto& [k, cost] : tenant_costs_) {
@@ -668,7 +691,7 @@ class Builder {
   TenantCosts tenant_costs_;
   std::uint64_t jobs_run_ = 0;
   std::unordered_map<std::uint32_t, std::vector<std::uint32_t>> by_host_;
-  std::unordered_map<std::uint32_t, std::uint32_t> host_model_;  // host → GPU name from samples
+  std::unordered_map<std::uint32_t, HostFacts> hosts_;  // sampled hosts
   std::vector<double> starts_;  // effective start of each sample
   std::vector<double> held_gpu_, held_cpu_, held_mem_, used_gpu_, used_cpu_;  // unit-seconds per sample
   std::map<std::int64_t, double> idle_pool_;  // period → unallocated capacity cost

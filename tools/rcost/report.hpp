@@ -21,6 +21,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "records.hpp"
@@ -42,8 +43,17 @@ struct ReportOptions {
   const PriceSheet* prices = nullptr;
   ShareIdle share_idle = ShareIdle::Weighted;
   std::map<std::string, double> budgets;  // tenant → monthly budget, in the sheet's currency
+  std::string capacity_backend = "local";  // prices a sampled host none of whose jobs is known
   unsigned threads = 1;
 };
+
+// What prices a sampled host's capacity: the GPU its samples name first (by time), and
+// the backend most of its jobs ran on (else ReportOptions::capacity_backend).
+struct HostFacts {
+  std::uint32_t model = 0;  // Strings id; 0 when no sample names one
+  std::string backend;
+};
+std::unordered_map<std::uint32_t, HostFacts> host_facts(const Dataset& data, const std::string& fallback_backend);
 
 struct Row {
   std::vector<std::string> keys;  // one value per report key (days as 2026-11-30)

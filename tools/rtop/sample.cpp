@@ -6,8 +6,9 @@
 #include <sstream>
 #include <thread>
 
-#include "rkit/file.hpp"
+#include "rkit/cpus.hpp"
 #include "rkit/error.hpp"
+#include "rkit/file.hpp"
 #include "rkit/units.hpp"
 
 namespace rkit::rtop {
@@ -71,6 +72,7 @@ std::uint64_t meminfo_bytes(const std::string& text, const std::string& key) {
 
 Sampler::Sampler(bool use_nvml) {
   host_ = host_name();
+  cores_ = physical_cores();
   last_ = parse_proc_stat(read_file("/proc/stat"));
   last_time_ = deadline_ = std::chrono::steady_clock::now();
   std::string why;
@@ -92,6 +94,7 @@ Json Sampler::next(double interval_s) {
   j["time_unix_s"] = std::chrono::duration<double>(now.time_since_epoch()).count();
   j["interval_s"] = std::chrono::duration<double>(taken - last_time_).count();
   last_time_ = taken;
+  j["cores"] = cores_;
   j["cpu_util"] = utilisation(last_[0], cur[0]);
   Json per_cpu = Json::array();
   for (std::size_t i = 1; i < cur.size() && i < last_.size(); ++i) per_cpu.push_back(utilisation(last_[i], cur[i]));
@@ -118,7 +121,13 @@ Json Sampler::next(double interval_s) {
       std::optional<NvmlUsage> u = nvml_->usage(i);
       if (!u) continue;  // refused by NVML; skipped, as the topology skips it, so indices match
       auto opt = [](const auto& v) { return v ? Json(*v) : Json(nullptr); };
-      gpus.push_back({{"index", gpus.size()}, {"util", opt(u->util)}, {"memory_used_bytes", opt(u->memory_used_bytes)},
+      if (names_.size() <= static_cast<std::size_t>(i)) {
+        const std::optional<NvmlDevice> d = nvml_->device(i);
+        names_.resize(static_cast<std::size_t>(i) + 1);
+        names_[static_cast<std::size_t>(i)] = d ? Json(d->name) : Json(nullptr);
+      }
+      gpus.push_back({{"index", gpus.size()}, {"name", names_[static_cast<std::size_t>(i)]}, {"util", opt(u->util)},
+                      {"memory_used_bytes", opt(u->memory_used_bytes)},
                       {"memory_total_bytes", opt(u->memory_total_bytes)}, {"power_w", opt(u->power_w)}});
     }
   }

@@ -51,6 +51,8 @@ class Sampler {
   std::chrono::steady_clock::time_point last_time_, deadline_;
   std::string host_;
   std::unique_ptr<Nvml> nvml_;
+  unsigned cores_ = 0;
+  std::vector<Json> names_;  // GPU names by NVML index, read once
 };
 
 }  // namespace rkit::rtop

@@ -17,4 +17,8 @@ std::vector<int> allowed_cpus();
 // How many there are (hardware threads, not physical cores); at least 1.
 unsigned usable_cpus();
 
+// Physical cores among them (SMT siblings counted once); usable_cpus() when hwloc
+// cannot tell.
+unsigned physical_cores();
+
 }  // namespace rkit
