@@ -46,7 +46,7 @@ struct Fixture {
            double start, double end, double gpus, double cpus, double memory_gib = 0) {
     Strings& s = data.strings;
     Job j;
-    j.id = id;
+    data.ids.push_back(id);
     j.tenant = s.id(tenant);
     j.user = s.id("u-" + tenant);
     j.project = s.id("proj");

@@ -1,14 +1,12 @@
 // File: tools/rcost/chunk.cpp — parsing one chunk of input: rkit.job.v1 and
 // rkit.sample.v1 lines with simdjson's on-demand API, or `sacct -P` lines.
-// Compiled twice (RCOST_ISA = haswell with -march=haswell, generic without): see
-// records_impl.hpp.
 #include <algorithm>
 #include <array>
 #include <cmath>
 
 #include "records_impl.hpp"
 
-namespace rkit::rcost::detail::RCOST_ISA {
+namespace rkit::rcost::detail {
 
 namespace {
 
@@ -144,6 +142,7 @@ class ChunkParser {
       // The line is bad as a whole: what its first record added goes.
       Dataset& d = out_->data;
       d.jobs.resize(mark.jobs);
+      d.ids.resize(std::min(d.ids.size(), mark.jobs));
       d.samples.resize(mark.samples);
       d.units.resize(mark.units);
       d.utils.resize(mark.utils);
@@ -196,6 +195,7 @@ class ChunkParser {
   bool job_record(od::object obj) {
     Dataset& d = out_->data;
     Job j;
+    std::string_view id;
     double tasks = 1, mem_per_task = 0;
     enum : unsigned { kId = 1, kBackend = 2, kTenant = 4, kUser = 8, kState = 16, kCpus = 32, kGpus = 64,
                       kSubmit = 128, kStart = 256, kEnd = 512 };
@@ -210,7 +210,7 @@ class ChunkParser {
         case JobField::Id: {
           std::string_view s;
           if (v.get_string().get(s)) return fail("\"id\" must be a string");
-          if (opt_.ids) j.id = s;
+          if (opt_.ids) id = s;
           seen |= kId;
           break;
         }
@@ -291,7 +291,8 @@ class ChunkParser {
       d.units.resize(units_mark);
       return false;
     }
-    d.jobs.push_back(std::move(j));
+    d.jobs.push_back(j);
+    if (opt_.ids) d.ids.emplace_back(id);
     return true;
   }
 
@@ -447,7 +448,7 @@ class ChunkParser {
     }
     Dataset& d = out_->data;
     Job j;
-    j.id = std::string(job_id);
+
     const std::string_view user = col(cols_.user);
     if (user.empty()) return fail("empty User");
     j.user = d.strings.id(user);
@@ -477,7 +478,8 @@ class ChunkParser {
     j.memory_bytes = tres.memory_bytes;
     j.gpu_type = d.strings.id(tres.gpu_type);
     if (!check_job(j)) return false;
-    d.jobs.push_back(std::move(j));
+    d.jobs.push_back(j);
+    if (opt_.ids) d.ids.emplace_back(job_id);
     return true;
   }
 
@@ -503,4 +505,4 @@ void parse_chunk(const Input& in, InputKind kind, const SacctColumns& cols, cons
   ChunkParser(in, kind, cols, opt, parser, buffer).parse(from, to, out);
 }
 
-}  // namespace rkit::rcost::detail::RCOST_ISA
+}  // namespace rkit::rcost::detail

@@ -256,7 +256,8 @@ void write_focus(std::ostream& out, const Dataset& data, const ReportOptions& op
   };
   std::unordered_map<std::uint64_t, Priced> cache;
   Charge c;
-  for (const Job& j : data.jobs) {
+  for (std::size_t index = 0; index < data.jobs.size(); ++index) {
+    const Job& j = data.jobs[index];
     if (!known(j.start)) continue;
     const double a = std::max(j.start, since);
     const double b = std::min(known(j.end) ? j.end : until, until);
@@ -278,13 +279,13 @@ void write_focus(std::ostream& out, const Dataset& data, const ReportOptions& op
     c.list_factor = p.rates.list_factor;
     c.pricing = p.pricing;
     c.kind = "usage";
-    c.resource_id = j.id;
+    c.resource_id = data.job_id(index);
     c.tenant = names.name(j.tenant);
     c.user = names.name(j.user);
     c.project = names.name(j.project);
     c.node = names.name(j.node);
     c.state = names.name(j.state);
-    const std::string on = " on " + c.backend + ", job " + j.id;
+    const std::string on = " on " + c.backend + ", job " + c.resource_id;
     const struct {
       Resource r;
       double quantity, rate;

@@ -194,46 +194,65 @@ bool parse_tres(std::string_view s, Tres& out) {
 
 namespace {
 
-// Appends `part` to `all`, translating its string ids and unit offsets.
-void merge(Dataset& all, Dataset&& part) {
-  std::vector<std::uint32_t> map(part.strings.size());
-  for (std::uint32_t i = 0; i < part.strings.size(); ++i) map[i] = all.strings.id(part.strings.name(i));
-  const auto units_base = static_cast<std::uint32_t>(all.units.size());
-  const auto utils_base = static_cast<std::uint32_t>(all.utils.size());
-  const auto gpus_base = static_cast<std::uint32_t>(all.gpu_utils.size());
-  all.units.insert(all.units.end(), part.units.begin(), part.units.end());
-  all.utils.insert(all.utils.end(), part.utils.begin(), part.utils.end());
-  all.gpu_utils.insert(all.gpu_utils.end(), part.gpu_utils.begin(), part.gpu_utils.end());
-  for (Job& j : part.jobs) {
-    for (std::uint32_t* id : {&j.tenant, &j.user, &j.project, &j.gpu_type, &j.backend, &j.node, &j.partition, &j.state})
-      *id = map[*id];
-    j.pus_at += units_base;
-    j.gpus_at += units_base;
-    all.jobs.push_back(std::move(j));
+// Appends the chunks' data to `all` in chunk order, translating their string ids and
+// unit offsets. The jobs, most of the data, are copied by `threads` threads.
+void merge(Dataset& all, std::vector<ChunkResult>& parts, unsigned threads) {
+  struct Place {
+    std::vector<std::uint32_t> map;  // the chunk's string ids → all's
+    std::size_t jobs_at = 0;
+    std::uint32_t units_base = 0;
+  };
+  std::vector<Place> places(parts.size());
+  std::size_t jobs = all.jobs.size();
+  for (std::size_t c = 0; c < parts.size(); ++c) {
+    Dataset& part = parts[c].data;
+    Place& place = places[c];
+    place.map.resize(part.strings.size());
+    for (std::uint32_t i = 0; i < part.strings.size(); ++i) place.map[i] = all.strings.id(part.strings.name(i));
+    place.jobs_at = jobs;
+    jobs += part.jobs.size();
+    place.units_base = static_cast<std::uint32_t>(all.units.size());
+    const auto utils_base = static_cast<std::uint32_t>(all.utils.size());
+    const auto gpus_base = static_cast<std::uint32_t>(all.gpu_utils.size());
+    all.units.insert(all.units.end(), part.units.begin(), part.units.end());
+    all.utils.insert(all.utils.end(), part.utils.begin(), part.utils.end());
+    all.gpu_utils.insert(all.gpu_utils.end(), part.gpu_utils.begin(), part.gpu_utils.end());
+    for (Sample s : part.samples) {
+      s.host = place.map[s.host];
+      s.gpu_model = place.map[s.gpu_model];
+      s.cpus_at += utils_base;
+      s.gpus_at += gpus_base;
+      all.samples.push_back(s);
+    }
+    all.ids.insert(all.ids.end(), std::make_move_iterator(part.ids.begin()), std::make_move_iterator(part.ids.end()));
+    all.ignored += part.ignored;
+    all.lines += part.lines;
+    all.bad_count += part.bad_count;
   }
-  for (Sample& s : part.samples) {
-    s.host = map[s.host];
-    s.gpu_model = map[s.gpu_model];
-    s.cpus_at += utils_base;
-    s.gpus_at += gpus_base;
-    all.samples.push_back(s);
-  }
-  all.ignored += part.ignored;
-  all.lines += part.lines;
-  all.bad_count += part.bad_count;
-}
-
-// simdjson's inline code runs its AVX2 kernels where the CPU has them.
-using ParseChunk = void (*)(const Input&, InputKind, const SacctColumns&, const ReadOptions&, std::size_t, std::size_t,
-                            ChunkResult&);
-ParseChunk chunk_parser() {
-  __builtin_cpu_init();
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("pclmul");
-  return avx2 ? haswell::parse_chunk : generic::parse_chunk;
+  all.jobs.resize(jobs);  // unwritten room: the threads copy the jobs in
+  std::atomic<std::size_t> next{0};
+  auto work = [&] {
+    for (std::size_t c; (c = next++) < parts.size();) {
+      Dataset& part = parts[c].data;
+      const Place& place = places[c];
+      Job* out = all.jobs.data() + place.jobs_at;
+      for (Job j : part.jobs) {
+        for (std::uint32_t* id : {&j.tenant, &j.user, &j.project, &j.gpu_type, &j.backend, &j.node, &j.partition, &j.state})
+          *id = place.map[*id];
+        j.pus_at += place.units_base;
+        j.gpus_at += place.units_base;
+        std::memcpy(static_cast<void*>(out++), &j, sizeof j);
+      }
+      part = Dataset();  // its memory goes back now
+    }
+  };
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < std::min<std::size_t>(threads, parts.size()); ++t) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
 }
 
 void read_one(const std::string& path, const ReadOptions& opt, unsigned threads, Dataset& all) {
-  static const ParseChunk parse = chunk_parser();
   const Input in(path);
   const std::size_t size = in.size();
   // The first non-blank line says what the input is: JSON, or sacct's header line.
@@ -286,7 +305,7 @@ void read_one(const std::string& path, const ReadOptions& opt, unsigned threads,
   std::atomic<bool> stop{false};
   auto work = [&] {
     for (std::size_t c; !stop && (c = next++) < chunks.size();) {
-      parse(in, kind, cols, opt, chunks[c].first, chunks[c].second, results[c]);
+      parse_chunk(in, kind, cols, opt, chunks[c].first, chunks[c].second, results[c]);
       if (opt.strict && results[c].data.bad_count) stop = true;
     }
   };
@@ -294,9 +313,6 @@ void read_one(const std::string& path, const ReadOptions& opt, unsigned threads,
   for (unsigned t = 1; t < std::min<std::size_t>(threads, chunks.size()); ++t) pool.emplace_back(work);
   work();
   for (auto& t : pool) t.join();
-  std::size_t jobs = 0;
-  for (const ChunkResult& r : results) jobs += r.data.jobs.size();
-  all.jobs.reserve(all.jobs.size() + jobs);
   // Line numbers: the lines before each chunk, then the chunk's own.
   std::uint64_t line_base = header_lines;
   for (ChunkResult& r : results) {
@@ -306,12 +322,16 @@ void read_one(const std::string& path, const ReadOptions& opt, unsigned threads,
       if (all.bad.size() < kMaxBadKept) all.bad.push_back({fmt::format("{}:{}", in.name(), line_base + line), why});
     }
     line_base += r.lines_in_chunk;
-    merge(all, std::move(r.data));
-    r.data = Dataset();  // its memory goes back now, not when every chunk is merged
   }
+  merge(all, results, threads);
 }
 
 }  // namespace
+
+const std::string& Dataset::job_id(std::size_t i) const {
+  static const std::string none;
+  return i < ids.size() ? ids[i] : none;
+}
 
 Dataset read_inputs(const std::vector<std::string>& paths, const ReadOptions& opt) {
   const unsigned threads = opt.threads ? opt.threads : std::max(1u, usable_cpus());

@@ -15,8 +15,10 @@
 #include <cstdint>
 #include <limits>
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace rkit::rcost {
@@ -43,7 +45,6 @@ class Strings {
 // One job's last attempt, as a cost report needs it. Times are Unix seconds; kNone
 // when absent (never started, still running).
 struct Job {
-  std::string id;  // as the source names it: "12", "12_3", "slurm:1234"
   std::uint32_t tenant = 0, user = 0, project = 0, gpu_type = 0, backend = 0, node = 0, partition = 0, state = 0;
   double submit = kNone, eligible = kNone, start = kNone, end = kNone;
   double cpus = 0, gpus = 0, memory_bytes = 0;
@@ -72,9 +73,31 @@ struct BadRecord {
   std::string why;
 };
 
+// An allocator whose resize() leaves new elements unwritten, for element types that
+// are then copied into place (implicit-lifetime types: C++20 creates them by the copy).
+template <class T>
+struct UninitAllocator : std::allocator<T> {
+  template <class U>
+  struct rebind {
+    using other = UninitAllocator<U>;
+  };
+  UninitAllocator() = default;
+  template <class U>
+  UninitAllocator(const UninitAllocator<U>&) noexcept {}
+  template <class U>
+  void construct(U*) noexcept {}
+  template <class U, class... A>
+  void construct(U* p, A&&... a) {
+    ::new (static_cast<void*>(p)) U(std::forward<A>(a)...);
+  }
+};
+
 struct Dataset {
   Strings strings;
-  std::vector<Job> jobs;
+  // Jobs are plain values (trivially copyable): millions are copied into place by
+  // several threads, into room that resize() leaves unwritten (UninitAllocator).
+  std::vector<Job, UninitAllocator<Job>> jobs;
+  std::vector<std::string> ids;  // each job's id ("12", "12_3", "slurm:1234"), when kept (ReadOptions::ids)
   std::vector<Sample> samples;
   std::vector<std::uint32_t> units;                   // PU and GPU indices of jobs
   std::vector<float> utils;                           // per-CPU utilisation of samples
@@ -83,6 +106,9 @@ struct Dataset {
   std::uint64_t bad_count = 0;
   std::uint64_t ignored = 0;  // known records a report does not use (bench, train events)
   std::uint64_t lines = 0;    // non-blank lines read
+
+  // Job i's id; empty when ids were not kept.
+  const std::string& job_id(std::size_t i) const;
 };
 
 inline constexpr std::size_t kMaxBadKept = 1000;

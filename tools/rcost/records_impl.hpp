@@ -1,8 +1,5 @@
-// File: tools/rcost/records_impl.hpp — what records.cpp shares with the chunk parser.
-//
-// The chunk parser (chunk.cpp) is compiled twice: for AVX2 machines, where simdjson's
-// inline on-demand code uses its haswell kernels, and for any x86-64; records.cpp picks
-// one at run time. Nothing here may depend on the instruction set.
+// File: tools/rcost/records_impl.hpp — what records.cpp shares with the chunk parser
+// (chunk.cpp): the input, sacct's columns, and what a chunk's parse yields.
 #pragma once
 
 #include <fcntl.h>
@@ -139,14 +136,8 @@ struct ChunkResult {
 enum class InputKind { Json, Sacct };
 
 
-// Parses the lines of bytes [from, to) of `in` into `out`.
-namespace haswell {
+// Parses the lines of bytes [from, to) of `in` into `out` (chunk.cpp).
 void parse_chunk(const Input& in, InputKind kind, const SacctColumns& cols, const ReadOptions& opt, std::size_t from,
                  std::size_t to, ChunkResult& out);
-}
-namespace generic {
-void parse_chunk(const Input& in, InputKind kind, const SacctColumns& cols, const ReadOptions& opt, std::size_t from,
-                 std::size_t to, ChunkResult& out);
-}
 
 }  // namespace rkit::rcost::detail

@@ -586,7 +586,7 @@ class Builder {
         if (key == Key::Day) row.keys.push_back(format_day(periods_.start(k.bucket)));
         else if (key == Key::Month) row.keys.push_back(format_month(periods_.start(k.bucket)));
         else if (row.idle_row) row.keys.push_back("__idle__"), ++attr;
-        else if (key == Key::Job) row.keys.push_back(data_.jobs[k.ids[attr++]].id);
+        else if (key == Key::Job) row.keys.push_back(data_.job_id(k.ids[attr++]));
         else row.keys.push_back(data_.strings.name(k.ids[attr++]));
       }
       row.span_start = std::max(periods_.start(k.bucket), periods_.window_start);
