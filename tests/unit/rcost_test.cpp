@@ -167,6 +167,7 @@ TEST(RcostReport, KeysAndTimesParse) {
     EXPECT_EQ(error_of([&] { parse_time_arg(bad, now, "--since"); }).code(), Exit::Usage) << bad;
   EXPECT_EQ(format_day(kDay0 + 86399), "2026-11-01");
   EXPECT_EQ(format_month(kDay0), "2026-11");
+
   EXPECT_EQ(format_iso(kDay0 + 61), "2026-11-01T00:01:01Z");
 }
 
@@ -225,6 +226,29 @@ TEST(RcostReport, TheWindowClipsRunsAndRunningJobsCountToUntil) {
   EXPECT_DOUBLE_EQ(r.rows[0].gpu_hours, 0.5);
   EXPECT_DOUBLE_EQ(r.rows[0].core_hours, 0.5);
   EXPECT_EQ(r.rows[0].wait_count, 1u);  // job 1 started before the window
+}
+
+TEST(RcostReport, MonthsSplitWhereTheCalendarSays) {
+  Files f;  // months, across a year end and a leap day, split where timegm says
+  ReportOptions opt;
+  opt.keys = {Key::Month};
+  opt.prices = &f.sheet;
+  for (const char* at : {"1999-12-31T23:00", "2024-02-29T12:00", "2026-11-30T23:00"}) {
+    const double start = parse_time_arg(at, 0, "--since");
+    const Dataset d = read_inputs({f.file("m.jsonl", job_line(1, "a", start, start + 2 * 86400, 0, 1) + "\n")}, ReadOptions{});
+    opt.since = start;
+    opt.until = start + 2 * 86400;
+    const Report r = make_report(d, opt);
+    std::tm tm{};
+    const auto end_of_month = [&] {
+      const auto t0 = static_cast<std::time_t>(start);
+      ::gmtime_r(&t0, &tm);
+      tm.tm_mday = 1, tm.tm_hour = tm.tm_min = tm.tm_sec = 0, tm.tm_mon += 1;
+      return static_cast<double>(::timegm(&tm));
+    }();
+    ASSERT_EQ(r.rows.size(), 2u) << at;
+    EXPECT_DOUBLE_EQ(r.rows[0].core_hours, (end_of_month - start) / 3600) << at;
+  }
 }
 
 TEST(RcostReport, PercentilesAreLinearBetweenRanks) {

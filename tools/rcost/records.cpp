@@ -6,6 +6,7 @@
 #include <cctype>
 #include <charconv>
 #include <ctime>
+#include <mutex>
 #include <thread>
 
 #include "records_impl.hpp"
@@ -137,6 +138,9 @@ double parse_sacct_time(std::string_view s) {
   tm.tm_year -= 1900;
   tm.tm_mon -= 1;
   tm.tm_isdst = -1;
+  // mktime() keeps its time zone state in statics; chunks are parsed by several threads.
+  static std::mutex lock;
+  const std::lock_guard<std::mutex> hold(lock);
   const std::time_t t = std::mktime(&tm);
   return t == static_cast<std::time_t>(-1) ? kNone : static_cast<double>(t);
 }

@@ -207,12 +207,17 @@ struct Periods {
     return window_start;
   }
   double end(std::int64_t i) const { return kind == None ? window_end : start(i + 1); }
+  // The first second of month i (year × 12 + month from 0), UTC. Arithmetic rather than
+  // timegm(), which keeps a static and is called from several threads here.
   static double month_start(std::int64_t i) {
-    std::tm tm{};
-    tm.tm_year = static_cast<int>(i / 12) - 1900;
-    tm.tm_mon = static_cast<int>(i % 12);
-    tm.tm_mday = 1;
-    return static_cast<double>(::timegm(&tm));
+    std::int64_t y = i / 12;
+    const std::int64_t m = i % 12 + 1;
+    y -= m <= 2;  // days from 1970-01-01 to y-m-01 (Howard Hinnant's days_from_civil)
+    const std::int64_t era = (y >= 0 ? y : y - 399) / 400;
+    const std::int64_t yoe = y - era * 400;
+    const std::int64_t doy = (153 * (m > 2 ? m - 3 : m + 9) + 2) / 5;
+    const std::int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    return static_cast<double>(era * 146097 + doe - 719468) * kDay;
   }
   // Calls f(bucket, from, to) for each piece of [a, b) in one bucket.
   template <class F>
