@@ -5,7 +5,8 @@
 #   timing (kind absent or "timing"): name, command, anchor, runs, median_s, stddev_s,
 #     anchor_median_s, anchor_stddev_s, goal_ratio (tool time / anchor time must stay at
 #     or under it), optionally goal_max_s (the tool's median must also stay at or under it)
-#   value (kind "value"): name, command, anchor, value, unit ("ratio", "bytes", "s" or "ms"),
+#   value (kind "value"): name, command, anchor, value, unit ("ratio", "bytes", "s", "ms", or
+#     "rows", a count: bench/rcost.sh's rows that differ between rcost's table and pandas'),
 #     goal_max (value must stay at or under it) and/or goal_min (at or over it),
 #     optionally rkit_bytes and anchor_bytes, or rkit_value and anchor_value
 # A row with informational: true is reported but never fails the run.
