@@ -37,3 +37,65 @@ refute_alive() {
     if kill -0 "$pid" 2>/dev/null; then echo "process $pid still runs" >&2; return 1; fi
   done
 }
+
+# Runs headless Chromium with a throwaway profile and home under the test's directory,
+# stderr to chromium.log, and leaves no process behind: helpers that outlive the browser
+# (crashpad) are found by the profile's unique path in their command line, stopped by pid.
+chromium_run() {
+  local profile="$BATS_TEST_TMPDIR/chromium.$$" rc=0 pids
+  mkdir -p "$profile/home"
+  HOME="$profile/home" XDG_CONFIG_HOME="$profile/home/.config" XDG_CACHE_HOME="$profile/home/.cache" \
+    timeout -k 5 60 chromium --headless --no-sandbox --disable-gpu --disable-extensions --no-first-run \
+    --disable-crash-reporter --hide-scrollbars --force-device-scale-factor=1 --user-data-dir="$profile/data" \
+    "$@" 2>>"$BATS_TEST_TMPDIR/chromium.log" || rc=$?
+  pids=$(pgrep -f -- "$profile" || true)
+  if [[ -n "$pids" ]]; then
+    kill $pids 2>/dev/null || true
+    sleep 0.5
+    kill -9 $pids 2>/dev/null || true
+  fi
+  rm -rf "$profile"
+  return "$rc"
+}
+
+# chart_boxes PAGE: prints JSON {height, charts: [{kind, x, y, w, h}]}: where headless
+# Chromium lays out each <svg class="chart"> of PAGE. A copy of the page with a probe
+# script (and without the policy that forbids scripts) writes the boxes into the DOM
+# that Chromium dumps.
+chart_boxes() {
+  { sed -e '/Content-Security-Policy/d' -e '/^<\/body>$/d' -e '/^<\/html>$/d' "$1"
+    cat <<'EOF'
+<script>
+const out = {height: document.documentElement.scrollHeight, charts: []};
+for (const s of document.querySelectorAll("svg.chart")) {
+  const r = s.getBoundingClientRect();
+  out.charts.push({kind: s.dataset.kind, x: r.left + scrollX, y: r.top + scrollY, w: r.width, h: r.height});
+}
+const pre = document.createElement("pre");
+pre.id = "probe";
+pre.textContent = JSON.stringify(out);
+document.body.appendChild(pre);
+</script>
+</body>
+</html>
+EOF
+  } >"$BATS_TEST_TMPDIR/probe.html"
+  chromium_run --window-size=1000,1000 --dump-dom "file://$BATS_TEST_TMPDIR/probe.html" >"$BATS_TEST_TMPDIR/dom.html" || return 1
+  sed -n 's|.*<pre id="probe">\(.*\)</pre>.*|\1|p' "$BATS_TEST_TMPDIR/dom.html"
+}
+
+# stop_rsub: ends the rsub of $RKIT_STATE_DIR: its job supervisors first (they end
+# their tasks on SIGTERM), then the daemon, waiting up to 5 s for it.
+stop_rsub() {
+  local dir=$RKIT_STATE_DIR/rsub lock pid
+  for lock in "$dir"/run/*.lock; do
+    [[ -e $lock ]] || continue
+    pid=$(cat "$lock" 2>/dev/null)
+    [[ -n $pid ]] && kill -TERM "$pid" 2>/dev/null || true
+  done
+  if [[ -f $dir/daemon.pid ]]; then
+    pid=$(cat "$dir/daemon.pid")
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  fi
+}

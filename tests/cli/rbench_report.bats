@@ -177,52 +177,14 @@ EOF
   [[ -z "$(find . -name '.*.tmp.*')" ]]               # no temporary left by a failed run
 }
 
-# Runs headless Chromium with a throwaway profile and home under the test's directory,
-# stderr to chromium.log, and leaves no process behind: helpers that outlive the browser
-# (crashpad) are found by the profile's unique path in their command line, stopped by pid.
-chromium_run() {
-  local profile="$BATS_TEST_TMPDIR/chromium.$$" rc=0 pids
-  mkdir -p "$profile/home"
-  HOME="$profile/home" XDG_CONFIG_HOME="$profile/home/.config" XDG_CACHE_HOME="$profile/home/.cache" \
-    timeout -k 5 60 chromium --headless --no-sandbox --disable-gpu --disable-extensions --no-first-run \
-    --disable-crash-reporter --hide-scrollbars --force-device-scale-factor=1 --user-data-dir="$profile/data" \
-    "$@" 2>>"$BATS_TEST_TMPDIR/chromium.log" || rc=$?
-  pids=$(pgrep -f -- "$profile" || true)
-  if [[ -n "$pids" ]]; then
-    kill $pids 2>/dev/null || true
-    sleep 0.5
-    kill -9 $pids 2>/dev/null || true
-  fi
-  rm -rf "$profile"
-  return "$rc"
-}
 
 @test "the page renders in headless Chromium with every chart visible" {
   command -v chromium || { echo "chromium is not installed: packaging/install-deps.sh installs it (tests group)"; return 1; }
   rbench report "$FIXTURES/bench/report-mixed.jsonl" --html page.html
   run chart_kinds page.html      # well-formed, self-contained
   assert_output "bars=9 collective=2 roofline=2"
-  # 1. Where the browser lays each chart out: a copy of the page with a probe script (and
-  #    without the policy that forbids scripts) writes the boxes into the DOM it dumps.
-  { sed -e '/Content-Security-Policy/d' -e '/^<\/body>$/d' -e '/^<\/html>$/d' page.html
-    cat <<'EOF'
-<script>
-const out = {height: document.documentElement.scrollHeight, charts: []};
-for (const s of document.querySelectorAll("svg.chart")) {
-  const r = s.getBoundingClientRect();
-  out.charts.push({kind: s.dataset.kind, x: r.left + scrollX, y: r.top + scrollY, w: r.width, h: r.height});
-}
-const pre = document.createElement("pre");
-pre.id = "probe";
-pre.textContent = JSON.stringify(out);
-document.body.appendChild(pre);
-</script>
-</body>
-</html>
-EOF
-  } > probe.html
-  chromium_run --window-size=1000,1000 --dump-dom "file://$PWD/probe.html" > dom.html || { cat chromium.log; return 1; }
-  sed -n 's|.*<pre id="probe">\(.*\)</pre>.*|\1|p' dom.html > boxes.json
+  # 1. Where the browser lays each chart out (helpers.bash, chart_boxes).
+  chart_boxes page.html >boxes.json || { cat chromium.log; return 1; }
   jq -e '.charts | length == 13 and all(.w > 500 and .h > 100)' boxes.json
   # 2. A screenshot of the page itself, tall enough for every chart.
   height=$(jq '[.charts[] | .y + .h] | max | ceil + 20' boxes.json)

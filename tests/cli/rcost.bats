@@ -19,17 +19,7 @@ setup() {
 }
 
 teardown() {  # the rsub daemon and job supervisors of the test that started them
-  local dir=$RKIT_STATE_DIR/rsub lock pid
-  for lock in "$dir"/run/*.lock; do
-    [[ -e $lock ]] || continue
-    pid=$(cat "$lock" 2>/dev/null)
-    [[ -n $pid ]] && kill -TERM "$pid" 2>/dev/null || true
-  done
-  if [[ -f $dir/daemon.pid ]]; then
-    pid=$(cat "$dir/daemon.pid")
-    kill -TERM "$pid" 2>/dev/null || true
-    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-  fi
+  stop_rsub
 }
 
 # totals_match REPORT CHECK-TOTALS-ARGS...: the check's per-tenant totals over the same

@@ -99,49 +99,12 @@ EOF
   grep -q 'No utilisation samples were given' jobs.html
 }
 
-# Headless Chromium with a throwaway profile under the test's directory; no process is
-# left behind (as in rbench_report.bats).
-chromium_run() {
-  local profile="$BATS_TEST_TMPDIR/chromium.$$" rc=0 pids
-  mkdir -p "$profile/home"
-  HOME="$profile/home" XDG_CONFIG_HOME="$profile/home/.config" XDG_CACHE_HOME="$profile/home/.cache" \
-    timeout -k 5 60 chromium --headless --no-sandbox --disable-gpu --disable-extensions --no-first-run \
-    --disable-crash-reporter --hide-scrollbars --force-device-scale-factor=1 --user-data-dir="$profile/data" \
-    "$@" 2>>"$BATS_TEST_TMPDIR/chromium.log" || rc=$?
-  pids=$(pgrep -f -- "$profile" || true)
-  if [[ -n "$pids" ]]; then
-    kill $pids 2>/dev/null || true
-    sleep 0.5
-    kill -9 $pids 2>/dev/null || true
-  fi
-  rm -rf "$profile"
-  return "$rc"
-}
 
 @test "html: the page renders in headless Chromium with the bars of every chart visible" {
   command -v chromium || { echo "chromium is not installed: packaging/install-deps.sh installs it (tests group)"; return 1; }
   rcost --prices "$PRICES" report --since "@$T0" --until "@$T1" --format html "${INPUTS[@]}" >page.html
-  # Where the browser lays each chart out: a copy with a probe script (and without the
-  # policy that forbids scripts) writes the boxes into the DOM it dumps.
-  { sed -e '/Content-Security-Policy/d' -e '/^<\/body>$/d' -e '/^<\/html>$/d' page.html
-    cat <<'EOF'
-<script>
-const out = {charts: []};
-for (const s of document.querySelectorAll("svg.chart")) {
-  const r = s.getBoundingClientRect();
-  out.charts.push({kind: s.dataset.kind, x: r.left + scrollX, y: r.top + scrollY, w: r.width, h: r.height});
-}
-const pre = document.createElement("pre");
-pre.id = "probe";
-pre.textContent = JSON.stringify(out);
-document.body.appendChild(pre);
-</script>
-</body>
-</html>
-EOF
-  } >probe.html
-  chromium_run --window-size=1000,1000 --dump-dom "file://$PWD/probe.html" >dom.html || { cat chromium.log; return 1; }
-  sed -n 's|.*<pre id="probe">\(.*\)</pre>.*|\1|p' dom.html >boxes.json
+  # Where the browser lays each chart out (helpers.bash, chart_boxes).
+  chart_boxes page.html >boxes.json || { cat chromium.log; return 1; }
   jq -e '.charts | length == 4 and all(.w > 500 and .h > 80)' boxes.json
   height=$(jq '[.charts[] | .y + .h] | max | ceil + 20' boxes.json)
   chromium_run --window-size=1000,"$height" --screenshot="$PWD/page.png" "file://$PWD/page.html" || { cat chromium.log; return 1; }

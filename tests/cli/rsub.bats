@@ -13,18 +13,7 @@ setup() {
 }
 
 teardown() {
-  local dir=$RKIT_STATE_DIR/rsub lock pid
-  # Supervisors first (they end their tasks on SIGTERM), then the daemon.
-  for lock in "$dir"/run/*.lock; do
-    [[ -e $lock ]] || continue
-    pid=$(cat "$lock" 2>/dev/null)
-    [[ -n $pid ]] && kill -TERM "$pid" 2>/dev/null || true
-  done
-  if [[ -f $dir/daemon.pid ]]; then
-    pid=$(cat "$dir/daemon.pid")
-    kill -TERM "$pid" 2>/dev/null || true
-    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-  fi
+  stop_rsub
 }
 
 # The daemon's pid, once it has written it (at most 5 s after the first submit).
