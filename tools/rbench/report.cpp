@@ -560,24 +560,10 @@ std::string collective_chart(const std::string& title, const std::vector<Series>
 
 // ---------------------------------------------------------------- the page
 
+// What rcost's page does not have (the rest is rkit::kPageStyle).
 constexpr const char* kStyle = R"(
-body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif; color: #222;
-       background: #fafafa; margin: 0; }
-main { max-width: 960px; margin: 0 auto; padding: 16px 24px 48px; background: #fff; }
-h1 { font-size: 1.6em; margin: 0.4em 0 0.2em; }
-h2 { font-size: 1.25em; margin: 1.6em 0 0.4em; border-bottom: 1px solid #ddd; padding-bottom: 0.2em; }
-p.lead { color: #444; margin: 0.2em 0; }
-nav a { margin-right: 1em; }
-figure { margin: 1em 0 1.6em; }
-figcaption { margin-bottom: 0.3em; }
 figcaption .params { color: #666; font-size: 0.9em; display: block; }
-svg.chart { display: block; max-width: 100%; height: auto; border: 1px solid #eee; }
-.note { background: #fff8e1; border-left: 4px solid #f2b01e; padding: 0.5em 0.8em; margin: 0.6em 0; }
-.key { display: inline-block; width: 1.6em; height: 0.7em; vertical-align: middle; margin: 0 0.35em 0 0.2em; }
 .key.dashed { height: 0; width: 1.2em; border-top: 3px dashed #f28e2b; }
-table { border-collapse: collapse; font-size: 0.85em; width: 100%; }
-th, td { border-bottom: 1px solid #e4e4e4; padding: 3px 6px; text-align: left; vertical-align: top; }
-th { background: #f3f3f3; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 tr.wrong td { color: #d62728; font-weight: 600; }
 td.params { font-family: ui-monospace, "DejaVu Sans Mono", monospace; font-size: 0.95em; }
@@ -642,7 +628,7 @@ class Page {
     h += "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">\n";
     h += "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n";
     h += "<title>" + esc("rbench report: " + join(host_names(), ", ")) + "</title>\n";
-    h += "<style>" + std::string(kStyle) + "</style>\n</head>\n<body>\n<main>\n";
+    h += "<style>" + std::string(kPageStyle) + kStyle + "</style>\n</head>\n<body>\n<main>\n";
     h += "<h1>rbench report</h1>\n" + summary();
     h += "<nav><a href=\"#suites\">Results by suite</a><a href=\"#roofline\">Roofline</a>"
          "<a href=\"#collectives\">Collectives</a><a href=\"#results\">All results</a><a href=\"#hosts\">Hosts</a></nav>\n";

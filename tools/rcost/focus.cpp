@@ -35,7 +35,6 @@ namespace rkit::rcost {
 
 namespace {
 
-constexpr double kDay = 86400;
 constexpr double kGiB = 1ull << 30;
 // Quantities below this (unit-hours) are rounding noise of differences: no row.
 constexpr double kNoise = 1e-9;
@@ -75,20 +74,6 @@ std::string decimal(double v) {
   if (s.back() == '.') s.pop_back();
   if (s == "-0") s = "0";
   return s;
-}
-
-// The calendar month (UTC) holding t: [start, end).
-std::pair<double, double> month_of(double t) {
-  const auto secs = static_cast<std::time_t>(std::floor(t));
-  std::tm tm{};
-  ::gmtime_r(&secs, &tm);
-  std::tm start{};
-  start.tm_year = tm.tm_year;
-  start.tm_mon = tm.tm_mon;
-  start.tm_mday = 1;
-  std::tm end = start;
-  if (++end.tm_mon == 12) end.tm_mon = 0, ++end.tm_year;
-  return {static_cast<double>(::timegm(&start)), static_cast<double>(::timegm(&end))};
 }
 
 // "PricingCategory": spot prices move, the others are the sheet's agreed rate.

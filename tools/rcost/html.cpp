@@ -39,7 +39,6 @@ using svg::LinearScale;
 using svg::linear_ticks;
 using svg::text_width;
 
-constexpr double kDay = 86400;
 constexpr double kChartWidth = 900;
 constexpr double kMonthlyOver = 92 * kDay;  // longer windows are drawn by month
 constexpr std::size_t kMaxTenantSeries = 8;  // tenants drawn on their own; the rest are "other tenants"
@@ -76,18 +75,8 @@ std::vector<std::string> all_periods(double since, double until, bool monthly) {
       out.push_back(format_day(t));
     return out;
   }
-  const auto secs = static_cast<std::time_t>(std::floor(since));
-  std::tm tm{};
-  ::gmtime_r(&secs, &tm);
-  std::tm m{};
-  m.tm_year = tm.tm_year;
-  m.tm_mon = tm.tm_mon;
-  m.tm_mday = 1;
-  for (double t = static_cast<double>(::timegm(&m)); t < until && out.size() < 10000;) {
+  for (double t = month_of(since).first; t < until && out.size() < 10000; t = month_of(t).second)
     out.push_back(format_month(t));
-    if (++m.tm_mon == 12) m.tm_mon = 0, ++m.tm_year;
-    t = static_cast<double>(::timegm(&m));
-  }
   return out;
 }
 
@@ -212,22 +201,8 @@ std::string waste_chart(const std::vector<const Row*>& rows, const std::string& 
 
 // ---------------------------------------------------------------- the page
 
+// What rbench's page does not have (the rest is rkit::kPageStyle).
 constexpr const char* kStyle = R"(
-body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif; color: #222;
-       background: #fafafa; margin: 0; }
-main { max-width: 960px; margin: 0 auto; padding: 16px 24px 48px; background: #fff; }
-h1 { font-size: 1.6em; margin: 0.4em 0 0.2em; }
-h2 { font-size: 1.25em; margin: 1.6em 0 0.4em; border-bottom: 1px solid #ddd; padding-bottom: 0.2em; }
-p.lead { color: #444; margin: 0.2em 0; }
-nav a { margin-right: 1em; }
-figure { margin: 1em 0 1.6em; }
-figcaption { margin-bottom: 0.3em; }
-svg.chart { display: block; max-width: 100%; height: auto; border: 1px solid #eee; }
-.note { background: #fff8e1; border-left: 4px solid #f2b01e; padding: 0.5em 0.8em; margin: 0.6em 0; }
-.key { display: inline-block; width: 1.6em; height: 0.7em; vertical-align: middle; margin: 0 0.35em 0 0.2em; }
-table { border-collapse: collapse; font-size: 0.85em; width: 100%; }
-th, td { border-bottom: 1px solid #e4e4e4; padding: 3px 6px; text-align: left; vertical-align: top; }
-th { background: #f3f3f3; }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 tr.over td { color: #d62728; font-weight: 600; }
 tr.total td { font-weight: 600; border-top: 2px solid #ccc; }
@@ -262,7 +237,7 @@ class Page {
     h += "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">\n";
     h += "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n";
     h += "<title>" + esc(fmt::format("rcost report: {} to {}", format_day(r.since), format_day(r.until))) + "</title>\n";
-    h += "<style>" + std::string(kStyle) + "</style>\n</head>\n<body>\n<main>\n";
+    h += "<style>" + std::string(kPageStyle) + kStyle + "</style>\n</head>\n<body>\n<main>\n";
     h += "<h1>rcost report</h1>\n" + summary();
     h += "<nav><a href=\"#cost\">Cost over time</a><a href=\"#utilisation\">Utilisation</a><a href=\"#waste\">Waste</a>"
          "<a href=\"#tenants\">By tenant</a></nav>\n";

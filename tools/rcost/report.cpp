@@ -25,13 +25,30 @@ constexpr std::pair<Key, const char*> kKeyNames[] = {
     {Key::Backend, "backend"},     {Key::Node, "node"},   {Key::Partition, "partition"}, {Key::State, "state"},
     {Key::Job, "job"},             {Key::Day, "day"},     {Key::Month, "month"}};
 
-constexpr double kDay = 86400;
-
 std::tm utc(double unix_s) {
   const auto t = static_cast<std::time_t>(std::floor(unix_s));
   std::tm tm{};
   ::gmtime_r(&t, &tm);
   return tm;
+}
+
+// Month i = year × 12 + month from 0.
+std::int64_t month_index(double t) {
+  const std::tm tm = utc(t);
+  return (tm.tm_year + 1900) * 12LL + tm.tm_mon;
+}
+
+// The first second of month i, UTC. Arithmetic rather than timegm(), which keeps a
+// static and is called from several threads here.
+double month_start(std::int64_t i) {
+  std::int64_t y = i / 12;
+  const std::int64_t m = i % 12 + 1;
+  y -= m <= 2;  // days from 1970-01-01 to y-m-01 (Howard Hinnant's days_from_civil)
+  const std::int64_t era = (y >= 0 ? y : y - 399) / 400;
+  const std::int64_t yoe = y - era * 400;
+  const std::int64_t doy = (153 * (m > 2 ? m - 3 : m + 9) + 2) / 5;
+  const std::int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+  return static_cast<double>(era * 146097 + doe - 719468) * kDay;
 }
 
 }  // namespace
@@ -61,6 +78,11 @@ std::vector<Key> parse_keys(const std::string& text) {
   const bool day = std::count(keys.begin(), keys.end(), Key::Day), month = std::count(keys.begin(), keys.end(), Key::Month);
   if (day && month) usage_error("--by: day and month cannot be combined");
   return keys;
+}
+
+std::pair<double, double> month_of(double t) {
+  const std::int64_t i = month_index(t);
+  return {month_start(i), month_start(i + 1)};
 }
 
 std::string format_day(double unix_s) {
@@ -195,10 +217,7 @@ struct Periods {
 
   std::int64_t index(double t) const {
     if (kind == Day) return static_cast<std::int64_t>(std::floor(t / kDay));
-    if (kind == Month) {
-      const std::tm tm = utc(t);
-      return (tm.tm_year + 1900) * 12LL + tm.tm_mon;
-    }
+    if (kind == Month) return month_index(t);
     return 0;
   }
   double start(std::int64_t i) const {
@@ -207,18 +226,6 @@ struct Periods {
     return window_start;
   }
   double end(std::int64_t i) const { return kind == None ? window_end : start(i + 1); }
-  // The first second of month i (year × 12 + month from 0), UTC. Arithmetic rather than
-  // timegm(), which keeps a static and is called from several threads here.
-  static double month_start(std::int64_t i) {
-    std::int64_t y = i / 12;
-    const std::int64_t m = i % 12 + 1;
-    y -= m <= 2;  // days from 1970-01-01 to y-m-01 (Howard Hinnant's days_from_civil)
-    const std::int64_t era = (y >= 0 ? y : y - 399) / 400;
-    const std::int64_t yoe = y - era * 400;
-    const std::int64_t doy = (153 * (m > 2 ? m - 3 : m + 9) + 2) / 5;
-    const std::int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    return static_cast<double>(era * 146097 + doe - 719468) * kDay;
-  }
   // Calls f(bucket, from, to) for each piece of [a, b) in one bucket.
   template <class F>
   void split(double a, double b, F&& f) const {

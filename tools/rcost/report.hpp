@@ -22,6 +22,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "records.hpp"
@@ -121,6 +122,8 @@ struct Rates {
 Rates job_rates(const PriceSheet& prices, const std::string& backend, const std::string& gpu_type);
 
 // Calendar helpers (UTC).
+inline constexpr double kDay = 86400;
+std::pair<double, double> month_of(double unix_s);  // the month holding it: [start, end)
 std::string format_day(double unix_s);                // "2026-11-30"
 std::string format_month(double unix_s);              // "2026-11"
 std::string format_iso(double unix_s);                // "2026-11-30T00:00:00Z"
