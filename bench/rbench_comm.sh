@@ -7,15 +7,16 @@
 # harness costs nothing: rbench's busbw / PyTorch's must be at least 0.95.
 # Loopback bandwidth on this VM flips between regimes (about 1.0 and 1.5 GB/s here, as
 # other work comes and goes) for tens of seconds at a time, so the sides run in PAIRS
-# back-to-back pairs (default 9; which goes first alternates) and the value is the median
-# of the pairs' ratios: a pair shares its regime, where medians taken per side need not.
+# back-to-back pairs (default 10; which goes first alternates): a pair shares its regime,
+# where medians taken per side need not. The value is pair_ratio_balanced (bench/lib/stats.sh):
+# the geometric mean of the two orders' median ratios, so that going first favours neither.
 # rkit_value and anchor_value are the sides' medians. Both sides run under the same
 # environment (OPENBLAS_CORETYPE & co.).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 rbench=$RKIT_BUILD_DIR/tools/rbench/rbench
 peer=$root/tests/peers/torch_gloo_allreduce.py
-pairs=${PAIRS:-9}
+pairs=${PAIRS:-10}
 reps=9
 [[ -x $rbench ]] || { echo "rbench_comm.sh: $rbench is not built" >&2; exit 1; }
 /usr/bin/python3 -c 'import torch.distributed as d; assert d.is_gloo_available()' 2>/dev/null ||
@@ -44,7 +45,7 @@ done
 
 m_r=$(median < "$tmp/rkit")
 m_t=$(median < "$tmp/torch")
-m_ratio=$(pair_ratio_median "$tmp/rkit" "$tmp/torch")
+m_ratio=$(pair_ratio_balanced "$tmp/rkit" "$tmp/torch")
 jq -n -c --arg cmd "$rkit_cmd" --arg anchor "$torch_cmd" --argjson r "$m_r" --argjson a "$m_t" \
   --argjson v "$m_ratio" --argjson n "$pairs" --slurpfile rs <(jq -s . "$tmp/rkit") \
   --slurpfile ts <(jq -s . "$tmp/torch") '
