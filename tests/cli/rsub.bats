@@ -50,6 +50,23 @@ daemon_pid() {
   assert_output $'first\nlast'
 }
 
+@test "rsub submit [options] -- CMD: the words after -- are the command, with or without a spec" {
+  id=$(rsub submit -n greet -- sh -c 'echo hi from $RSUB_JOB_ID' extra)
+  run rsub wait "$id"
+  assert_success
+  run rsub logs "$id"
+  assert_output "hi from $id"
+  run rsub show "$id" --json
+  echo "$output" | jq -e '.name == "greet" and .command == ["sh", "-c", "echo hi from $RSUB_JOB_ID", "extra"]'
+  printf 'name = "spec"\ncommand = ["false"]\n' > job.toml
+  id=$(rsub submit job.toml -- echo from the flag)
+  rsub wait "$id"
+  run rsub logs "$id"
+  assert_output "from the flag"
+  run -64 rsub submit --
+  assert_output --partial "submit needs a job spec file or -- COMMAND"
+}
+
 @test "a gang's tasks start together on disjoint cores and GPUs, with the rank environment" {
   id=$(rsub --tasks 2 -c 1 -g 1 -- sh -c 'echo "$RSUB_TASK_ID/$RSUB_NTASKS gpu=$CUDA_VISIBLE_DEVICES cpus=$(taskset -cp $$ | sed "s/.*: //")"')
   run rsub wait "$id"

@@ -1,7 +1,11 @@
 // rsub: submit jobs to the embedded local scheduler, and follow and control them.
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "commands.hpp"
 #include "rkit/cli.hpp"
@@ -120,7 +124,15 @@ int main(int argc, char** argv) {
   fill_cmd->add_option("tenants", fill_tenants);
   auto* pass_cmd = app.add_subcommand("_bench-pass")->group("");
 
-  return tool.run(argc, argv, [&]() -> int {
+  // The words after the first `--` are the job's command. Left to CLI11, the first of them
+  // would fill submit's `spec` when no spec file comes before (`rsub submit -n x -- cmd`).
+  std::vector<char*> args(argv, argv + argc);
+  const auto dashes = std::find_if(args.begin() + 1, args.end(), [](const char* a) { return std::string_view(a) == "--"; });
+  const std::vector<std::string> command(dashes == args.end() ? dashes : dashes + 1, args.end());
+  args.erase(dashes, args.end());
+
+  return tool.run(static_cast<int>(args.size()), args.data(), [&]() -> int {
+    over.command.insert(over.command.end(), command.begin(), command.end());
     if (*shim_cmd)
       return run_shim(shim_args[0], std::stoll(shim_args[1]), std::stoi(shim_args[2]), std::stoi(shim_args[3]),
                       std::stod(shim_args[4]));
