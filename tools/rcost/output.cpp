@@ -170,8 +170,8 @@ void write_report(std::ostream& out, OutputFormat format, const Report& r, const
   printer.print(row_json(r, r.total));
   printer.finish();
   if (format == OutputFormat::Csv) return;
-  out << fmt::format("\nwindow {} to {}: {} jobs ran, {} read", format_iso(r.since), format_iso(r.until), r.jobs_run,
-                     r.jobs_read);
+  out << fmt::format("\nwindow {} to {}: {} job{} ran, {} read", format_iso(r.since), format_iso(r.until), r.jobs_run,
+                     r.jobs_run == 1 ? "" : "s", r.jobs_read);
   if (stats.bad) out << fmt::format(", {} bad records skipped", stats.bad);
   out << '\n';
   if (r.samples) {
