@@ -1,41 +1,85 @@
 #!/usr/bin/env bash
-# `make demo`: the main job end to end on this machine, with the embedded defaults.
-# Today: rtop probes this machine, plans rank placement, reads a real server's topology
-# and samples live usage; rckpt packs a checkpoint, checks it, reads one tensor back,
-# packs the next step incrementally and restores it. Later tools join as they land.
+# `make demo`: the platform end to end on this machine, on the embedded defaults, showing
+# what a researcher sees: the machine (rtop), what it can do (rbench run --quick), a
+# 2-rank training job with checkpoints submitted to the scheduler (rsub submit, rsub wait),
+# its newest checkpoint checked and listed (rckpt verify, rckpt ls), and what the session
+# cost (rcost report over the job records and the samples rtop took meanwhile).
+#
+# Usage: examples/demo.sh [BUILD_DIR]      (make demo passes its build directory)
+# Everything it writes lands in one directory, which it names at the start and the end:
+# $RKIT_DEMO_DIR, else a new /tmp/rkit-demo.XXXXXX. The scheduler's daemon and store live
+# there too (RKIT_STATE_DIR), with an empty configuration (RKIT_CONFIG), so the demo
+# neither sees nor touches the user's own jobs; the daemon is stopped at the end.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-build=$(realpath "${1:-build}")
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=$(realpath "${1:-$root/build}")
 for dir in "$build"/tools/*/; do PATH="$dir:$PATH"; done
 export PATH
-server=tests/fixtures/dgx_like.xml   # hwloc XML of a 2-socket, 5-GPU, 4-NIC server
+
+demo=${RKIT_DEMO_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/rkit-demo.XXXXXX")}
+mkdir -p "$demo"
+demo=$(realpath "$demo")
+[[ -z $(ls -A "$demo") ]] || { echo "demo: error: $demo is not empty (set RKIT_DEMO_DIR to a new directory)" >&2; exit 64; }
+cd "$demo"
+export RKIT_STATE_DIR=$demo/state RKIT_CONFIG=$demo/rkit.toml
+: >"$RKIT_CONFIG"  # the embedded defaults, whatever ~/.config/rkit holds
 
 if [[ -t 1 ]]; then bold=$'\e[1m' plain=$'\e[0m'; else bold='' plain=''; fi
-step() { printf '\n%s$ %s%s\n' "$bold" "$*" "$plain"; eval "$@"; }
+note() { printf '\n%s# %s%s\n' "$bold" "$*" "$plain"; }
+step() { printf '%s$ %s%s\n' "$bold" "$*" "$plain"; eval "$@"; }
 
+sampler=''
+stop_all() {  # the sampler and the scheduler's daemon, by pid
+  if [[ -n $sampler ]]; then
+    kill "$sampler" 2>/dev/null || true
+    wait "$sampler" 2>/dev/null || true
+    sampler=''
+  fi
+  local pid_file=$RKIT_STATE_DIR/rsub/daemon.pid pid i
+  if [[ -s $pid_file ]]; then
+    pid=$(<"$pid_file")
+    kill "$pid" 2>/dev/null || return 0
+    for ((i = 0; i < 100; i++)); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
+  fi
+  return 0
+}
+trap stop_all EXIT
+
+printf '%sdemo: files in %s%s\n' "$bold" "$demo" "$plain"
+
+note "The machine: sockets, cores, caches, memory, GPUs and NICs (rtop)"
 step "rtop"
-step "rtop --json | jq -c '{core_count, pu_count, numa_node_count, gpus: (.gpus | length), nics: [.nics[].name]}'"
-step "rtop place --ranks 2"
-step "rtop --input $server matrix"
-step "rtop --input $server place --ranks 4 --gpus-per-rank 1 --cpus-per-rank 4"
-step "rtop --input $server place --ranks 4 --gpus-per-rank 1 --cpus-per-rank 4 --json | jq -c '{rank, cpuset, gpus, nic}'"
-step "rtop sample --count 3 --interval 500ms"
 
-# A small checkpoint, written by an independent safetensors writer (numpy).
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-mkdir -p "$work/step-100"
-/usr/bin/python3 tests/fixtures/write_safetensors.py "$work/step-100/model.safetensors" --kind small
-printf '{"step": 100}\n' > "$work/step-100/trainer_state.json"
-cp -r "$work/step-100" "$work/step-200"
-printf '{"step": 200}\n' > "$work/step-200/trainer_state.json"
-cd "$work"
-step "rckpt pack step-100 -o step-100.rkpt"
-step "rckpt ls step-100.rkpt"
-step "rckpt verify step-100.rkpt"
-step "rckpt cat step-100.rkpt model.safetensors:\$(rckpt ls step-100.rkpt --tensors --json | jq -r 'select(.dtype == \"F32\" and .bytes > 0) | .tensor' | head -1) | od -A d -t f4 | head -2"
-step "rckpt pack step-200 -o step-200.rkpt --base step-100.rkpt"
-step "rckpt diff step-100.rkpt step-200.rkpt || true"
-step "rckpt unpack step-200.rkpt -C restored && diff -r step-200 restored && echo restored: identical"
-cd - >/dev/null
-printf '\n%sdemo: ok%s\n' "$bold" "$plain"
+note "What it can do: every CPU benchmark at quick sizes, each result checked (rbench)"
+step "rbench -q run --quick -o bench.jsonl"
+
+note "Usage samples every second while the job runs, for the cost report (rtop sample)"
+step "rtop sample --interval 1s --json > samples.jsonl &"
+sampler=$!
+
+note "A 2-rank data-parallel training run with checkpoints, submitted to the scheduler (rsub, rtrain)"
+step "job=\$(rsub submit --name train --project demo --cpus-per-task 2 -- \\
+  rtrain launch --nproc-per-node 2 --ckpt-dir ckpt -- \\
+  rtrain run --steps 300 --rows 20000 --ckpt-every 100 --log-every 100 --eval-every 150)"
+echo "$job"
+step "rsub wait $job"
+step "rsub logs $job | tail -n 8"
+step "rsub ls --all"
+
+note "Its newest checkpoint: every frame's checksum checked, then its contents (rckpt)"
+newest=$(ls -t ckpt/*.rkpt | head -n 1)
+step "rckpt verify $newest"
+step "rckpt ls $newest"
+
+note "What the session cost, from the job records and the samples (rcost)"
+stop_all
+cp "$root/examples/prices.toml" prices.toml  # list prices and on-premises costs (rcost(1), PRICE SHEET)
+step "rsub ls --all --json | rcost --prices prices.toml report - samples.jsonl"
+note "The same in JSON: seconds on a small machine cost fractions of a cent"
+step "rsub ls --all --json | rcost --prices prices.toml report --json - samples.jsonl |
+  jq -c 'select(.schema == \"rkit.cost.v1\") | {tenant, jobs, core_hours, cost, waste_cost, total_cost, currency}'"
+note "What the benchmarks' results cost per unit of work on this machine (rcost perf)"
+step "jq -c 'select(.metric == \"sgemm\" or .metric == \"triad\" or .suite == \"train.mlp\")' bench.jsonl |
+  rcost --prices prices.toml perf -"
+
+printf '\n%sdemo: ok; files in %s%s\n' "$bold" "$demo" "$plain"
