@@ -55,3 +55,47 @@ complete_bash() {
   run zsh -c "autoload -U compinit; compinit -u -D; source $RKIT_ROOT/completions/zsh/_rtop 2>/dev/null; whence -w _rtop"
   assert_output "_rtop: function"
 }
+
+# Subcommands that `tool --help` lists (hidden ones, like rsub's _shim, are not listed).
+subcommands() { "$1" --help | sed -n '/^Subcommands:/,$p' | awk 'NR > 1 && NF {print $1}'; }
+# Long options that `tool SUB --help` lists.
+sub_options() { "$1" "$2" --help | grep -oE '^ +(-[a-zA-Z],)?--[a-z][a-z0-9-]*' | grep -oE -- '--[a-z][a-z0-9-]*' | sort -u; }
+
+# Each shell's candidates for the words given, the last being the one completed, one per line.
+bash_candidates() {
+  bash -c 'source "$1"; shift; COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); "_${COMP_WORDS[0]}_complete"
+           printf "%s\n" "${COMPREPLY[@]}"' _ "$RKIT_ROOT/completions/bash/$1" "$@"
+}
+fish_candidates() { fish -c "source $RKIT_ROOT/completions/fish/$1.fish; complete -C '$*'" | cut -f1; }
+# zsh's completion system needs a terminal; its builtins are stood in for by functions
+# that print what they are given, and the completion function runs on `words`/CURRENT.
+zsh_candidates() {
+  local t=$1 cur=${*: -1}
+  zsh -c '
+    _describe() { local -a items; items=("${(@P)${@[-1]}}"); printf "%s\n" "${items[@]%%:*}"; }
+    compadd() { [[ $1 == -- ]] && shift; printf "%s\n" "$@"; }
+    _files() { :; }
+    _message() { :; }
+    words=("${@:2}"); CURRENT=$#words; PREFIX=$1
+    source "'"$RKIT_ROOT/completions/zsh/_$t"'"' _ "$cur" "$@"
+}
+
+@test "bash, zsh and fish complete every tool's subcommands and each subcommand's options" {
+  for t in $(tools); do
+    subs=$(subcommands "$t")
+    [ -n "$subs" ]
+    for shell in bash zsh fish; do
+      got=$("${shell}_candidates" "$t" "")
+      for s in $subs; do
+        grep -qxF -- "$s" <<<"$got" || { echo "$shell: '$t ' does not offer $s"; return 1; }
+      done
+      for s in $subs; do
+        opts=$(sub_options "$t" "$s")
+        got=$("${shell}_candidates" "$t" "$s" "--")
+        for o in $opts; do
+          grep -qxF -- "$o" <<<"$got" || { echo "$shell: '$t $s --' does not offer $o"; return 1; }
+        done
+      done
+    done
+  done
+}

@@ -67,3 +67,22 @@ man_text() { sed 's/\\-/-/g' "$RKIT_ROOT/man/$1.1"; }
     assert_output ""
   done
 }
+
+@test "every man page has the sections a reader looks for" {
+  for t in $(tools); do
+    for section in NAME SYNOPSIS DESCRIPTION OPTIONS OUTPUT "EXIT STATUS" EXAMPLES "SEE ALSO"; do
+      grep -qxF ".SH $section" "$RKIT_ROOT/man/$t.1" || { echo "$t: man page has no $section section"; return 1; }
+    done
+    # EXIT STATUS names the codes: at least 0 and the usage error, 64.
+    sed -n '/^\.SH EXIT STATUS/,/^\.SH /p' "$RKIT_ROOT/man/$t.1" | grep -qE '^\.B 64|^64' ||
+      { echo "$t: EXIT STATUS does not list 64"; return 1; }
+  done
+}
+
+@test "each man page names every record schema its tool prints or reads" {
+  for t in $(tools); do
+    for schema in $(grep -rhoE '"rkit\.[a-z_.]+\.v[0-9]+"' "$RKIT_ROOT/tools/$t" | tr -d '"' | sort -u); do
+      grep -qF "$schema" "$RKIT_ROOT/man/$t.1" || { echo "$t: man page does not name $schema"; return 1; }
+    done
+  done
+}
