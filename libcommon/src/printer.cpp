@@ -10,7 +10,7 @@ namespace rkit {
 
 Printer::Printer(std::ostream& out, Format format, std::vector<Column> columns, bool streaming)
     : out_(out), format_(format), columns_(std::move(columns)), streaming_(streaming) {
-  for (const auto& c : columns_) widths_.push_back(c.header.size());
+  for (const auto& c : columns_) widths_.push_back(std::max(c.header.size(), c.min_width));
 }
 
 Printer::~Printer() {

@@ -212,6 +212,20 @@ TEST(Printer, StreamingWidthsAreFixedByTheFirstRow) {
             "n3    3\n");
 }
 
+TEST(Printer, StreamingColumnsKeepTheirMinimumWidth) {
+  // A column the first row leaves empty still has room for the values later rows give it.
+  std::ostringstream out;
+  {
+    Printer p(out, Format::Table, {{"STEP", "step"}, {"EVAL", "eval", nullptr, 8}, {"LR", "lr"}}, /*streaming=*/true);
+    p.print(Json{{"step", 1}, {"lr", 0.1}});
+    p.print(Json{{"step", 2}, {"eval", 0.218798}});
+  }
+  EXPECT_EQ(out.str(),
+            "STEP  EVAL      LR\n"
+            "1     -         0.1\n"
+            "2     0.218798  -\n");
+}
+
 TEST(Printer, StreamingJsonWritesEachRecordAtOnce) {
   std::ostringstream out;
   Printer p(out, Format::Json, {{"T", "t"}}, /*streaming=*/true);

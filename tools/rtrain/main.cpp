@@ -107,9 +107,11 @@ std::vector<Column> run_columns() {
       return v.is_number() ? fmt::format(fmt::runtime(spec), v.get<double>() * scale) : "-";
     };
   };
-  return {{"STEP", "step"},
+  // The first row, a step's, fixes the widths: room for steps up to 999999 and for the
+  // evaluation's loss, which step rows leave empty.
+  return {{"STEP", "step", nullptr, 6},
           {"LOSS", "loss", num("{:.6f}", 1)},
-          {"EVAL", "eval_loss", num("{:.6f}", 1)},
+          {"EVAL", "eval_loss", num("{:.6f}", 1), 8},
           {"LR", "lr", num("{:.2e}", 1)},
           {"SAMPLES/S", "samples_per_s", num("{:.0f}", 1)},
           {"STEP_TIME", "step_time_s", num("{:.2f}ms", 1e3)},

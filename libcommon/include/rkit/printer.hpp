@@ -33,6 +33,7 @@ struct Column {
   std::string header;  // "RANK"
   std::string key;     // a top-level key, or a JSON pointer ("/gpus/0/name")
   std::function<std::string(const Json&)> human = nullptr;
+  std::size_t min_width = 0;  // for streaming tables, whose widths the first row fixes
 };
 
 class Printer {
