@@ -50,6 +50,19 @@ std::optional<bool> Config::get_bool(std::string_view key) const {
   return typed<bool>(*this, key, "boolean");
 }
 
+const toml::table* Config::get_table(std::string_view key) const {
+  toml::node_view<const toml::node> node = table.at_path(key);
+  if (!node) return nullptr;
+  if (const auto* t = node.as_table()) return t;
+  throw Error(Exit::Config, fmt::format("{}: '{}' must be a table", where(key), key));
+}
+const toml::array* Config::get_array(std::string_view key) const {
+  toml::node_view<const toml::node> node = table.at_path(key);
+  if (!node) return nullptr;
+  if (const auto* a = node.as_array()) return a;
+  throw Error(Exit::Config, fmt::format("{}: '{}' must be an array", where(key), key));
+}
+
 std::optional<std::string> find_config(const std::string& explicit_path) {
   if (!explicit_path.empty()) return explicit_path;
   if (const char* env = std::getenv("RKIT_CONFIG"); env && *env) return std::string(env);

@@ -406,4 +406,13 @@ daemon_pid() {
   run --separate-stderr rsub ls
   assert_failure 78
   assert_one_line_stderr
+  # Values of the wrong kind are refused too, not ignored.
+  for bad in 'rsub.admins = "alice"' 'rsub.users = "x"' 'rsub.tenants = 1' $'[rsub.tenants.a]\nmax_gpus = 2.5' \
+    $'[local]\ncpus = 1.5' $'[rsub.priority]\nmax_age = "0.5s"'; do
+    printf '%s\n' "$bad" > "$RKIT_CONFIG"
+    run --separate-stderr rsub ls
+    assert_failure 78
+    assert_one_line_stderr
+    [[ $stderr == "rsub: error: $RKIT_CONFIG:"* ]]
+  done
 }

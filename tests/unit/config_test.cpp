@@ -153,6 +153,29 @@ TEST_F(ConfigTest, LoadsTheFileFromTheEnvironment) {
 }
 
 
+TEST_F(ConfigTest, TablesAndArraysByDottedPathAndOfTheWrongType) {
+  std::string path = make_config("c.toml",
+                                 "[rsub]\n"
+                                 "admins = [\"alice\"]\n"
+                                 "users = \"bob\"\n"
+                                 "[rsub.tenants.a]\n"
+                                 "shares = 2\n");
+  Config cfg = load_config(path);
+  ASSERT_NE(cfg.get_table("rsub.tenants"), nullptr);
+  EXPECT_TRUE(cfg.get_table("rsub.tenants")->contains("a"));
+  ASSERT_NE(cfg.get_array("rsub.admins"), nullptr);
+  EXPECT_EQ(cfg.get_array("rsub.admins")->size(), 1u);
+  EXPECT_EQ(cfg.get_table("rsub.backends"), nullptr) << "absent";
+  EXPECT_EQ(cfg.get_array("rsub.auto.backends"), nullptr) << "absent";
+  Error e1 = testing::error_of([&] { cfg.get_table("rsub.users"); });
+  EXPECT_EQ(e1.code(), Exit::Config);
+  EXPECT_TRUE(contains(e1.what(), path + ":3:")) << e1.what();
+  EXPECT_TRUE(contains(e1.what(), "'rsub.users' must be a table")) << e1.what();
+  Error e2 = testing::error_of([&] { cfg.get_array("rsub.tenants"); });
+  EXPECT_EQ(e2.code(), Exit::Config);
+  EXPECT_TRUE(contains(e2.what(), "'rsub.tenants' must be an array")) << e2.what();
+}
+
 TEST_F(ConfigTest, WrongTypeIsAConfigErrorNamingFileAndKey) {
   std::string path = make_config("c.toml",
                                  "[rtop]\n"

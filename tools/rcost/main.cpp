@@ -34,7 +34,7 @@ PriceSheet prices_from(const std::string& flag, Tool& tool) {
 
 std::map<std::string, double> budgets_from(const Config& c) {
   std::map<std::string, double> out;
-  const auto* t = c.table.at_path("rcost.budgets").as_table();
+  const auto* t = c.get_table("rcost.budgets");
   if (!t) return out;
   for (const auto& [tenant, v] : *t) {
     const std::string key = "rcost.budgets." + std::string(tenant.str());
@@ -48,7 +48,7 @@ std::map<std::string, double> budgets_from(const Config& c) {
 
 std::map<std::string, std::string> users_from(const Config& c) {
   std::map<std::string, std::string> out;
-  if (const auto* users = c.table.at_path("rsub.users").as_table())
+  if (const auto* users = c.get_table("rsub.users"))
     for (const auto& [user, tenant] : *users) {
       const std::string key = "rsub.users." + std::string(user.str());
       if (!tenant.is_string()) throw Error(Exit::Config, fmt::format("{}: {} must be a tenant name", c.where(key), key));

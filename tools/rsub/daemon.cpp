@@ -15,6 +15,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <type_traits>
 #include <cerrno>
 #include <cstring>
 #include <functional>
@@ -66,6 +68,8 @@ std::optional<T> number(const Config& c, const std::string& key, double min, dou
   if (!v) return std::nullopt;
   if (*v < min || *v > max)
     throw Error(Exit::Config, fmt::format("{}: {} must be between {} and {}", c.where(key), key, min, max));
+  if (std::is_integral_v<T> && *v != std::floor(*v))
+    throw Error(Exit::Config, fmt::format("{}: {} must be a whole number", c.where(key), key));
   return static_cast<T>(*v);
 }
 
@@ -81,12 +85,11 @@ std::optional<double> duration(const Config& c, const std::string& key) {
 
 std::map<std::string, std::string> string_map(const Config& c, const std::string& key) {
   std::map<std::string, std::string> out;
-  if (const auto* t = c.table.at_path(key).as_table())
+  if (const auto* t = c.get_table(key))
     for (const auto& [k, v] : *t) {
       if (!v.is_string()) throw Error(Exit::Config, fmt::format("{}: {}.{} must be a string", c.where(key), key, k.str()));
       out[std::string(k.str())] = *v.value<std::string>();
     }
-  else if (c.table.at_path(key)) throw Error(Exit::Config, fmt::format("{}: {} must be a table", c.where(key), key));
   return out;
 }
 
@@ -111,7 +114,7 @@ BackendConfig backend_config(const Config& c, const std::string& name, const std
   const std::set<std::string> own = slurm ? std::set<std::string>{"accounts", "slurm_conf", "bin_dir", "partition", "qos"}
                                           : std::set<std::string>{"queues", "kubectl", "context", "namespace", "image",
                                                                   "priority_class", "gpu_resource", "gpu_label"};
-  for (const auto& [k, _] : *c.table.at_path(key).as_table())
+  for (const auto& [k, _] : *c.get_table(key))
     if (!common.count(std::string(k.str())) && !own.count(std::string(k.str())))
       throw Error(Exit::Config, fmt::format("{}: unknown key {}.{} for a {} backend", c.where(key + "." + std::string(k.str())),
                                             key, k.str(), *kind));
@@ -148,7 +151,11 @@ Settings load_settings(const Config& c) {
   if (auto v = duration(c, "rsub.kill_grace")) s.kill_grace_s = *v;
   if (auto v = duration(c, "rsub.default_time_limit"); v && *v > 0) s.default_time_limit_s = *v;
   if (auto v = duration(c, "rsub.priority.half_life")) s.half_life_s = *v;
-  if (auto v = duration(c, "rsub.priority.max_age")) s.sched.max_age_s = std::max(*v, 1.0);
+  if (auto v = duration(c, "rsub.priority.max_age")) {
+    if (*v < 1)
+      throw Error(Exit::Config, fmt::format("{}: rsub.priority.max_age must be at least 1s", c.where("rsub.priority.max_age")));
+    s.sched.max_age_s = *v;
+  }
   if (auto v = number<double>(c, "rsub.priority.gpu_weight", 0, 1e6)) s.gpu_weight = *v;
   if (auto v = number<double>(c, "rsub.priority.weight_fairshare", 0, 1e9)) s.sched.weight_fairshare = *v;
   if (auto v = number<double>(c, "rsub.priority.weight_age", 0, 1e9)) s.sched.weight_age = *v;
@@ -168,19 +175,19 @@ Settings load_settings(const Config& c) {
       throw Error(Exit::Config, fmt::format("{}: local.memory: {}", c.where("local.memory"), e.what()));
     }
   }
-  if (const auto* admins = c.table.at_path("rsub.admins").as_array()) {
+  if (const auto* admins = c.get_array("rsub.admins")) {
     for (const auto& a : *admins) {
       if (!a.is_string()) throw Error(Exit::Config, fmt::format("{}: rsub.admins must list user names", c.where("rsub.admins")));
       s.admins.push_back(a.value<std::string>().value_or(""));
     }
   }
-  if (const auto* users = c.table.at_path("rsub.users").as_table())
+  if (const auto* users = c.get_table("rsub.users"))
     for (const auto& [user, tenant] : *users) {
       const std::string key = "rsub.users." + std::string(user.str());
       if (!tenant.is_string()) throw Error(Exit::Config, fmt::format("{}: {} must be a tenant name", c.where(key), key));
       s.tenants_of_users[std::string(user.str())] = *tenant.value<std::string>();
     }
-  if (const auto* tenants = c.table.at_path("rsub.tenants").as_table())
+  if (const auto* tenants = c.get_table("rsub.tenants"))
     for (const auto& [name, _] : *tenants) {
       const std::string key = "rsub.tenants." + std::string(name.str());
       TenantPolicy t;
@@ -190,12 +197,12 @@ Settings load_settings(const Config& c) {
       s.sched.tenants[std::string(name.str())] = t;
       if (auto v = number<double>(c, key + ".max_job_cost", 0, 1e12)) s.max_job_cost[std::string(name.str())] = *v;
     }
-  if (const auto* backends = c.table.at_path("rsub.backends").as_table())
+  if (const auto* backends = c.get_table("rsub.backends"))
     for (const auto& [name, _] : *backends) {
       s.backends[std::string(name.str())] = backend_config(c, std::string(name.str()), s.dir);
       s.auto_backends.push_back(std::string(name.str()));
     }
-  if (const auto* order = c.table.at_path("rsub.auto.backends").as_array()) {
+  if (const auto* order = c.get_array("rsub.auto.backends")) {
     s.auto_backends.clear();
     for (const auto& b : *order) {
       const auto name = b.value<std::string>();

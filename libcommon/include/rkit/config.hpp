@@ -31,6 +31,10 @@ struct Config {
   std::optional<std::string> get_string(std::string_view key) const;
   std::optional<double> get_number(std::string_view key) const;
   std::optional<bool> get_bool(std::string_view key) const;
+  // The table or array at a dotted path; nullptr when absent, Error(Config) when the
+  // value there is of another type.
+  const toml::table* get_table(std::string_view key) const;
+  const toml::array* get_array(std::string_view key) const;
   // "file:line:column" of the key's value (just the file when the key is absent),
   // for errors about values of the right type but the wrong meaning.
   std::string where(std::string_view key) const;
