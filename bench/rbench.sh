@@ -11,29 +11,30 @@
 # VM's memory and disk speeds drift by tens of per cent between minutes, so a row compares
 # pairs, and going first can favour either side, so its value is the geometric mean of the
 # median ratio over the pairs where rbench went first and that where the anchor went first
-# (bench/lib/stats.sh, pair_ratio_balanced). Fidelity rows pass when
+# (pair_ratio_orders in bench/lib/stats.sh). Fidelity rows pass when
 # the ratio is within the tolerance the issue sets (±5% for stream, ±10% for I/O).
 # RKIT_BENCH_IO_DIR: where I/O runs (default /var/tmp: a real disk, not tmpfs).
 set -euo pipefail
 rbench=$RKIT_BUILD_DIR/tools/rbench/rbench
 pairs=${PAIRS:-10}
+((pairs >= 2)) || { echo "rbench.sh: error: PAIRS must be 2 or more (one pair of each order)" >&2; exit 64; }
 io_dir=${RKIT_BENCH_IO_DIR:-/var/tmp}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"; rm -f "$io_dir"/rkit-bench-fio.$$' EXIT
 source "$(dirname "$0")/lib/stats.sh"
 
 # row name rkit-values-file anchor-values-file command anchor goal_min goal_max
-# The value is pair_ratio_balanced; rkit_value and anchor_value are the sides' medians, and
+# The value is that geometric mean; rkit_value and anchor_value are the sides' medians, and
 # ratio_rkit_first and ratio_anchor_first the two orders' median ratios.
 row() {
-  local orders
-  orders=$(pair_ratio_orders "$2" "$3")
-  jq -n -c --arg name "$1" --arg cmd "$4" --arg anchor "$5" --argjson r "$(median < "$2")" \
-    --argjson a "$(median < "$3")" --argjson v "$(pair_ratio_balanced "$2" "$3")" \
+  local orders r a
+  orders=$(pair_ratio_orders "$2" "$3") && r=$(median <"$2") && a=$(median <"$3") ||
+    { echo "rbench.sh: $1: no measurement to compare" >&2; exit 1; }
+  jq -n -c --arg name "$1" --arg cmd "$4" --arg anchor "$5" --argjson r "$r" --argjson a "$a" \
     --argjson o1 "${orders% *}" --argjson o2 "${orders#* }" \
     --argjson lo "$6" --argjson hi "$7" --argjson n "$pairs" '
     { kind: "value", name: $name, command: $cmd, anchor: $anchor, unit: "ratio", runs: $n,
-      rkit_value: $r, anchor_value: $a, value: $v, goal_min: $lo, goal_max: $hi,
+      rkit_value: $r, anchor_value: $a, value: ($o1 * $o2 | sqrt), goal_min: $lo, goal_max: $hi,
       ratio_rkit_first: $o1, ratio_anchor_first: $o2 }'
 }
 

@@ -8,7 +8,7 @@
 # Loopback bandwidth on this VM flips between regimes (about 1.0 and 1.5 GB/s here, as
 # other work comes and goes) for tens of seconds at a time, so the sides run in PAIRS
 # back-to-back pairs (default 10; which goes first alternates): a pair shares its regime,
-# where medians taken per side need not. The value is pair_ratio_balanced (bench/lib/stats.sh):
+# where medians taken per side need not. The value is, as pair_ratio_orders (bench/lib/stats.sh) explains,
 # the geometric mean of the two orders' median ratios, so that going first favours neither.
 # rkit_value and anchor_value are the sides' medians. Both sides run under the same
 # environment (OPENBLAS_CORETYPE & co.).
@@ -17,6 +17,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 rbench=$RKIT_BUILD_DIR/tools/rbench/rbench
 peer=$root/tests/peers/torch_gloo_allreduce.py
 pairs=${PAIRS:-10}
+((pairs >= 2)) || { echo "rbench_comm.sh: error: PAIRS must be 2 or more (one pair of each order)" >&2; exit 64; }
 reps=9
 [[ -x $rbench ]] || { echo "rbench_comm.sh: $rbench is not built" >&2; exit 1; }
 /usr/bin/python3 -c 'import torch.distributed as d; assert d.is_gloo_available()' 2>/dev/null ||
@@ -45,10 +46,11 @@ done
 
 m_r=$(median < "$tmp/rkit")
 m_t=$(median < "$tmp/torch")
-m_ratio=$(pair_ratio_balanced "$tmp/rkit" "$tmp/torch")
+orders=$(pair_ratio_orders "$tmp/rkit" "$tmp/torch")
 jq -n -c --arg cmd "$rkit_cmd" --arg anchor "$torch_cmd" --argjson r "$m_r" --argjson a "$m_t" \
-  --argjson v "$m_ratio" --argjson n "$pairs" --slurpfile rs <(jq -s . "$tmp/rkit") \
+  --argjson o1 "${orders% *}" --argjson o2 "${orders#* }" --argjson n "$pairs" --slurpfile rs <(jq -s . "$tmp/rkit") \
   --slurpfile ts <(jq -s . "$tmp/torch") '
   { kind: "value", name: "comm.gloo_allreduce_64m_vs_torch", command: $cmd, anchor: $anchor,
-    unit: "ratio", runs: $n, rkit_value: $r, anchor_value: $a, value: $v, goal_min: 0.95,
+    unit: "ratio", runs: $n, rkit_value: $r, anchor_value: $a, value: ($o1 * $o2 | sqrt), goal_min: 0.95,
+    ratio_rkit_first: $o1, ratio_anchor_first: $o2,
     rkit_busbw_GBps: $rs[0], anchor_busbw_GBps: $ts[0] }'

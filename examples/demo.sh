@@ -12,12 +12,16 @@
 # neither sees nor touches the user's own jobs; the daemon is stopped at the end.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-build=$(realpath "${1:-$root/build}")
+build=${1:-$root/build}
+for tool in rtop rsub rckpt rbench rtrain rcost; do
+  [[ -x $build/tools/$tool/$tool ]] || { echo "demo: error: no $tool in $build/tools/$tool (build first: make)" >&2; exit 66; }
+done
+build=$(realpath "$build")
 for dir in "$build"/tools/*/; do PATH="$dir:$PATH"; done
 export PATH
 
 demo=${RKIT_DEMO_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/rkit-demo.XXXXXX")}
-mkdir -p "$demo"
+mkdir -p "$demo" 2>/dev/null || { echo "demo: error: cannot create the directory $demo" >&2; exit 74; }
 demo=$(realpath "$demo")
 [[ -z $(ls -A "$demo") ]] || { echo "demo: error: $demo is not empty (set RKIT_DEMO_DIR to a new directory)" >&2; exit 64; }
 cd "$demo"
@@ -28,8 +32,9 @@ if [[ -t 1 ]]; then bold=$'\e[1m' plain=$'\e[0m'; else bold='' plain=''; fi
 note() { printf '\n%s# %s%s\n' "$bold" "$*" "$plain"; }
 step() { printf '%s$ %s%s\n' "$bold" "$*" "$plain"; eval "$@"; }
 
-sampler=''
-stop_all() {  # the sampler and the scheduler's daemon, by pid
+sampler='' running=''
+stop_all() {  # the training job (when interrupted), the sampler and the scheduler's daemon
+  if [[ -n $running ]]; then rsub cancel "$running" >/dev/null 2>&1 || true; fi
   if [[ -n $sampler ]]; then
     kill "$sampler" 2>/dev/null || true
     wait "$sampler" 2>/dev/null || true
@@ -59,10 +64,12 @@ sampler=$!
 
 note "A 2-rank data-parallel training run with checkpoints, submitted to the scheduler (rsub, rtrain)"
 step "job=\$(rsub submit --name train --project demo --cpus-per-task 2 -- \\
-  rtrain launch --nproc-per-node 2 --ckpt-dir ckpt -- \\
+  rtrain launch --nproc-per-node 2 --master-port 0 --ckpt-dir ckpt -- \\
   rtrain run --steps 300 --rows 20000 --ckpt-every 100 --log-every 100 --eval-every 150)"
 echo "$job"
+running=$job  # until it ends: an interrupted demo cancels it
 step "rsub wait $job"
+running=''
 step "rsub logs $job | tail -n 8"
 step "rsub ls --all"
 

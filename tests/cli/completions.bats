@@ -3,64 +3,6 @@
 bats_require_minimum_version 1.5.0
 load helpers
 
-tools() { for d in "$RKIT_BUILD_DIR"/tools/*/; do basename "$d"; done; }
-
-@test "committed completions equal what the tools generate (run 'make completions')" {
-  for t in $(tools); do
-    diff -u "$RKIT_ROOT/completions/bash/$t" <("$t" --print-completion bash)
-    diff -u "$RKIT_ROOT/completions/zsh/_$t" <("$t" --print-completion zsh)
-    diff -u "$RKIT_ROOT/completions/fish/$t.fish" <("$t" --print-completion fish)
-  done
-}
-
-@test "completion scripts parse in bash, zsh and fish" {
-  for t in $(tools); do
-    bash -n "$RKIT_ROOT/completions/bash/$t"
-    zsh -n "$RKIT_ROOT/completions/zsh/_$t"
-    fish --no-execute "$RKIT_ROOT/completions/fish/$t.fish"
-  done
-}
-
-# Runs the bash completion function for the words given; prints COMPREPLY, one per line.
-complete_bash() {
-  bash -c 'source "$1"; shift; COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); _rtop_complete; printf "%s\n" "${COMPREPLY[@]}"' \
-    _ "$RKIT_ROOT/completions/bash/rtop" "$@"
-}
-
-@test "bash completes rtop subcommands, options and choices" {
-  run complete_bash rtop ""
-  assert_line matrix
-  assert_line place
-  assert_line sample
-  run complete_bash rtop place --
-  assert_line --ranks
-  assert_line --policy
-  assert_line --json
-  refute_line --interval
-  run complete_bash rtop place --policy ""
-  assert_output $'pack\nspread'
-  run complete_bash rtop --synthetic ""
-  assert_output ""
-}
-
-@test "fish completes rtop subcommands and choices" {
-  run fish -c "source $RKIT_ROOT/completions/fish/rtop.fish; complete -C 'rtop pl'"
-  assert_output --partial place
-  run fish -c "source $RKIT_ROOT/completions/fish/rtop.fish; complete -C 'rtop place --policy '"
-  assert_line --partial pack
-  assert_line --partial spread
-}
-
-@test "zsh completion defines the function for compdef" {
-  run zsh -c "autoload -U compinit; compinit -u -D; source $RKIT_ROOT/completions/zsh/_rtop 2>/dev/null; whence -w _rtop"
-  assert_output "_rtop: function"
-}
-
-# Subcommands that `tool --help` lists (hidden ones, like rsub's _shim, are not listed).
-subcommands() { "$1" --help | sed -n '/^Subcommands:/,$p' | awk 'NR > 1 && NF {print $1}'; }
-# Long options that `tool SUB --help` lists.
-sub_options() { "$1" "$2" --help | grep -oE '^ +(-[a-zA-Z],)?--[a-z][a-z0-9-]*' | grep -oE -- '--[a-z][a-z0-9-]*' | sort -u; }
-
 # Each shell's candidates for the words given, the last being the one completed, one per line.
 bash_candidates() {
   bash -c 'source "$1"; shift; COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); "_${COMP_WORDS[0]}_complete"
@@ -80,6 +22,51 @@ zsh_candidates() {
     source "'"$RKIT_ROOT/completions/zsh/_$t"'"' _ "$cur" "$@"
 }
 
+@test "committed completions equal what the tools generate (run 'make completions')" {
+  for t in $(tools); do
+    diff -u "$RKIT_ROOT/completions/bash/$t" <("$t" --print-completion bash)
+    diff -u "$RKIT_ROOT/completions/zsh/_$t" <("$t" --print-completion zsh)
+    diff -u "$RKIT_ROOT/completions/fish/$t.fish" <("$t" --print-completion fish)
+  done
+}
+
+@test "completion scripts parse in bash, zsh and fish" {
+  for t in $(tools); do
+    bash -n "$RKIT_ROOT/completions/bash/$t"
+    zsh -n "$RKIT_ROOT/completions/zsh/_$t"
+    fish --no-execute "$RKIT_ROOT/completions/fish/$t.fish"
+  done
+}
+
+@test "bash completes rtop subcommands, options and choices" {
+  run bash_candidates rtop ""
+  assert_line matrix
+  assert_line place
+  assert_line sample
+  run bash_candidates rtop place --
+  assert_line --ranks
+  assert_line --policy
+  assert_line --json
+  refute_line --interval
+  run bash_candidates rtop place --policy ""
+  assert_output $'pack\nspread'
+  run bash_candidates rtop --synthetic ""
+  assert_output ""
+}
+
+@test "fish completes rtop subcommands and choices" {
+  run fish -c "source $RKIT_ROOT/completions/fish/rtop.fish; complete -C 'rtop pl'"
+  assert_output --partial place
+  run fish -c "source $RKIT_ROOT/completions/fish/rtop.fish; complete -C 'rtop place --policy '"
+  assert_line --partial pack
+  assert_line --partial spread
+}
+
+@test "zsh completion defines the function for compdef" {
+  run zsh -c "autoload -U compinit; compinit -u -D; source $RKIT_ROOT/completions/zsh/_rtop 2>/dev/null; whence -w _rtop"
+  assert_output "_rtop: function"
+}
+
 @test "bash, zsh and fish complete every tool's subcommands and each subcommand's options" {
   for t in $(tools); do
     subs=$(subcommands "$t")
@@ -90,7 +77,7 @@ zsh_candidates() {
         grep -qxF -- "$s" <<<"$got" || { echo "$shell: '$t ' does not offer $s"; return 1; }
       done
       for s in $subs; do
-        opts=$(sub_options "$t" "$s")
+        opts=$(options_of "$t" "$s")
         got=$("${shell}_candidates" "$t" "$s" "--")
         for o in $opts; do
           grep -qxF -- "$o" <<<"$got" || { echo "$shell: '$t $s --' does not offer $o"; return 1; }

@@ -4,8 +4,19 @@
 bats_require_minimum_version 1.5.0
 load helpers
 
+# The processes whose working directory is DIR or below it, one "pid command" per line.
+procs_in() {
+  local p cwd
+  for p in /proc/[0-9]*; do
+    cwd=$(readlink "$p/cwd" 2>/dev/null) || continue
+    [[ $cwd == "$1" || $cwd == "$1"/* ]] && echo "${p#/proc/} $(tr '\0' ' ' <"$p/cmdline" 2>/dev/null)"
+  done
+  return 0
+}
+
 @test "the demo runs every tool end to end and leaves its files in the directory it names" {
-  export RKIT_DEMO_DIR=$BATS_TEST_TMPDIR/demo
+  mkdir "$BATS_TEST_TMPDIR/demo"
+  export RKIT_DEMO_DIR=$(realpath "$BATS_TEST_TMPDIR/demo")
   run "$RKIT_ROOT/examples/demo.sh" "$RKIT_BUILD_DIR"
   assert_success
   assert_line --index 0 "demo: files in $RKIT_DEMO_DIR"
@@ -21,6 +32,7 @@ load helpers
   assert_line --regexp '^ok: [0-9]+ frames, .*ckpt/step-300\.rkpt$'
   assert_line --regexp '^model\.safetensors +file '
   assert_line --regexp '^TOTAL +1 '
+  assert_line --regexp ': 1 job ran, 1 read$'
 
   cd "$RKIT_DEMO_DIR"
   # rbench's records, the samples and the checkpoints are real files a user can reuse.
@@ -29,14 +41,38 @@ load helpers
   for step in 100 200 300; do rckpt verify "ckpt/step-$step.rkpt"; done
   run env RKIT_STATE_DIR="$RKIT_DEMO_DIR/state" RKIT_CONFIG="$RKIT_DEMO_DIR/rkit.toml" rsub ls --all --json
   echo "$output" | jq -e -s 'length == 1 and .[0].state == "COMPLETED" and .[0].project == "demo"'
-  # The scheduler's daemon was stopped; no sampler or trainer is left.
-  refute_alive "$(cat state/rsub/daemon.pid)"
-  run pgrep -f "$RKIT_DEMO_DIR|rtop sample --interval 1s"
-  assert_failure
+  # The scheduler's daemon ended (it removes its pid file, and its lock is free), and no
+  # process is left working in the demo's directory (the sampler, the job, the trainers).
+  assert_file_not_exists state/rsub/daemon.pid
+  flock -n state/rsub/daemon.lock true
+  cd "$BATS_TEST_TMPDIR"  # this test's own shell must not count
+  assert_equal "$(procs_in "$RKIT_DEMO_DIR")" ""
 }
 
-@test "the demo refuses a directory that is not empty" {
+@test "an interrupted demo cancels its job and leaves no process behind" {
+  mkdir "$BATS_TEST_TMPDIR/demo"
+  export RKIT_DEMO_DIR=$(realpath "$BATS_TEST_TMPDIR/demo")
+  "$RKIT_ROOT/examples/demo.sh" "$RKIT_BUILD_DIR" >demo.out 2>&1 &
+  pid=$!
+  # SIGTERM once the training job runs: the demo's EXIT trap cancels it.
+  for _ in $(seq 600); do [[ -e $RKIT_DEMO_DIR/ckpt ]] && break; sleep 0.1; done
+  [[ -e $RKIT_DEMO_DIR/ckpt ]]
+  kill -TERM "$pid"
+  run wait "$pid"
+  assert_failure
+  for _ in $(seq 100); do [[ -z $(procs_in "$RKIT_DEMO_DIR") ]] && break; sleep 0.1; done
+  assert_equal "$(procs_in "$RKIT_DEMO_DIR")" ""
+  run env RKIT_STATE_DIR="$RKIT_DEMO_DIR/state" RKIT_CONFIG="$RKIT_DEMO_DIR/rkit.toml" rsub ls --all --json
+  echo "$output" | jq -e -s 'length == 1 and .[0].state == "CANCELLED"'
+}
+
+@test "the demo refuses a directory that is not empty, a build without the tools, a directory it cannot make" {
   mkdir -p "$BATS_TEST_TMPDIR/used" && touch "$BATS_TEST_TMPDIR/used/file"
-  RKIT_DEMO_DIR=$BATS_TEST_TMPDIR/used run -64 "$RKIT_ROOT/examples/demo.sh" "$RKIT_BUILD_DIR"
-  assert_output "demo: error: $BATS_TEST_TMPDIR/used is not empty (set RKIT_DEMO_DIR to a new directory)"
+  used=$(realpath "$BATS_TEST_TMPDIR/used")
+  RKIT_DEMO_DIR=$used run -64 "$RKIT_ROOT/examples/demo.sh" "$RKIT_BUILD_DIR"
+  assert_output "demo: error: $used is not empty (set RKIT_DEMO_DIR to a new directory)"
+  run -66 "$RKIT_ROOT/examples/demo.sh" "$BATS_TEST_TMPDIR/no-build"
+  assert_output "demo: error: no rtop in $BATS_TEST_TMPDIR/no-build/tools/rtop (build first: make)"
+  RKIT_DEMO_DIR=$used/file/demo run -74 "$RKIT_ROOT/examples/demo.sh" "$RKIT_BUILD_DIR"
+  assert_output "demo: error: cannot create the directory $used/file/demo"
 }

@@ -3,15 +3,11 @@
 bats_require_minimum_version 1.5.0
 load helpers
 
-tools() { for d in "$RKIT_BUILD_DIR"/tools/*/; do basename "$d"; done; }
-
 # Long options that `tool [sub] --help` lists, for the tool and each subcommand.
 help_options() {
   local t=$1 sub
-  { "$t" --help
-    for sub in $("$t" --help | sed -n '/^Subcommands:/,$p' | awk 'NR > 1 && NF {print $1}'); do
-      "$t" "$sub" --help
-    done; } | grep -oE '^ +(-[a-zA-Z],)?--[a-z][a-z0-9-]*' | grep -oE -- '--[a-z][a-z0-9-]*' | sort -u
+  { options_of "$t"
+    for sub in $(subcommands "$t"); do options_of "$t" "$sub"; done; } | sort -u
 }
 
 # The man page source with roff's escaped hyphens (\-) made plain.
@@ -54,7 +50,7 @@ man_text() { sed 's/\\-/-/g' "$RKIT_ROOT/man/$1.1"; }
 
 @test "every subcommand in --help has a section in the man page" {
   for t in $(tools); do
-    for sub in $("$t" --help | sed -n '/^Subcommands:/,$p' | awk 'NR > 1 && NF {print $1}'); do
+    for sub in $(subcommands "$t"); do
       grep -qE "^\.(SS|TP|B).*\b$sub\b|^\.B $sub|^\\\\fB$sub" "$RKIT_ROOT/man/$t.1" || { echo "$t: subcommand $sub not in man page"; return 1; }
     done
   done

@@ -99,3 +99,17 @@ stop_rsub() {
     for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
   fi
 }
+
+# The tools that were built, one name per line.
+tools() { for d in "$RKIT_BUILD_DIR"/tools/*/; do basename "$d"; done; }
+# Subcommands that `TOOL --help` lists (hidden ones, like rsub's _shim, are not listed).
+subcommands() { "$1" --help | sed -n '/^Subcommands:/,$p' | awk 'NR > 1 && NF {print $1}'; }
+# Long options that `TOOL [SUB] --help` lists, sorted.
+options_of() { "$@" --help | grep -oE '^ +(-[a-zA-Z],)?--[a-z][a-z0-9-]*' | grep -oE -- '--[a-z][a-z0-9-]*' | sort -u; }
+
+# rsub_sandbox: a private rsub for the test (state and configuration under its directory,
+# [local]: 2 cores, no GPU); pair it with stop_rsub in teardown.
+rsub_sandbox() {
+  export RKIT_STATE_DIR=$BATS_TEST_TMPDIR/state RKIT_CONFIG=$BATS_TEST_TMPDIR/rkit.toml
+  printf '[local]\ncpus = 2\ngpus = 0\n' >"$RKIT_CONFIG"
+}

@@ -5,8 +5,7 @@ bats_require_minimum_version 1.5.0
 setup() {
   load helpers
   cd "$BATS_TEST_TMPDIR"
-  export RKIT_STATE_DIR=$BATS_TEST_TMPDIR/state RKIT_CONFIG=$BATS_TEST_TMPDIR/rkit.toml
-  printf '[local]\ncpus = 2\ngpus = 0\n' >"$RKIT_CONFIG"
+  rsub_sandbox
   prices=$RKIT_ROOT/examples/prices.toml
 }
 
@@ -14,13 +13,23 @@ teardown() {
   stop_rsub
 }
 
-@test "rtop place --json | rtrain launch --placement -: each worker starts on its rank's cores" {
+# A CPU list ("0-2,5", as taskset prints it) as numbers, one per line.
+cpu_numbers() {
+  local part
+  for part in ${1//,/ }; do
+    if [[ $part == *-* ]]; then seq "${part%-*}" "${part#*-}"; else echo "$part"; fi
+  done | sort -n
+}
+
+@test "rtop place --json | rtrain launch --placement -: each worker starts on its rank's CPUs" {
   rtop place --ranks 2 --json >placement.jsonl
   run -0 bash -c "rtop place --ranks 2 --json |
     rtrain launch --nproc-per-node 2 --placement - -- sh -c 'echo rank \$RANK of \$WORLD_SIZE on cpus \$(taskset -cp \$\$ | cut -d\" \" -f6)'"
   for rank in 0 1; do
-    cpus=$(jq -r --argjson r "$rank" 'select(.rank == $r) | .cpuset' placement.jsonl)
-    assert_line "[$rank]: rank $rank of 2 on cpus $cpus"
+    line=$(grep -E "^\[$rank\]: rank $rank of 2 on cpus " <<<"$output")
+    want=$(jq -r --argjson r "$rank" 'select(.rank == $r) | .pus[]' placement.jsonl | sort -n)
+    [ -n "$want" ]
+    assert_equal "$(cpu_numbers "${line##* }")" "$want"
   done
 }
 

@@ -6,8 +6,8 @@ bats_require_minimum_version 1.5.0
 setup() {
   load helpers
   cd "$BATS_TEST_TMPDIR"
-  export RKIT_STATE_DIR=$BATS_TEST_TMPDIR/state RKIT_CONFIG=$BATS_TEST_TMPDIR/rkit.toml
-  printf '[local]\ncpus = 2\ngpus = 0\n\n[rsub.backends.slurm]\nkind = "slurm"\n' >"$RKIT_CONFIG"
+  rsub_sandbox
+  printf '\n[rsub.backends.slurm]\nkind = "slurm"\n' >>"$RKIT_CONFIG"
 }
 
 teardown() {

@@ -65,6 +65,12 @@ daemon_pid() {
   assert_output "from the flag"
   run -64 rsub submit --
   assert_output --partial "submit needs a job spec file or -- COMMAND"
+  # Other subcommands take no command: ids after -- are refused, not dropped.
+  held=$(rsub --hold -- true)
+  run -64 rsub cancel "$id" -- "$held"
+  assert_output "rsub: error: a command after -- is a job's: only rsub [options] -- COMMAND and rsub submit take one"
+  run -0 rsub show "$held" --json
+  echo "$output" | jq -e '.state == "PENDING"'
 }
 
 @test "a gang's tasks start together on disjoint cores and GPUs, with the rank environment" {

@@ -3,9 +3,7 @@
 
 #include <algorithm>
 #include <climits>
-#include <string>
 #include <string_view>
-#include <vector>
 
 #include "commands.hpp"
 #include "rkit/cli.hpp"
@@ -124,15 +122,20 @@ int main(int argc, char** argv) {
   fill_cmd->add_option("tenants", fill_tenants);
   auto* pass_cmd = app.add_subcommand("_bench-pass")->group("");
 
-  // The words after the first `--` are the job's command. Left to CLI11, the first of them
-  // would fill submit's `spec` when no spec file comes before (`rsub submit -n x -- cmd`).
-  std::vector<char*> args(argv, argv + argc);
-  const auto dashes = std::find_if(args.begin() + 1, args.end(), [](const char* a) { return std::string_view(a) == "--"; });
-  const std::vector<std::string> command(dashes == args.end() ? dashes : dashes + 1, args.end());
-  args.erase(dashes, args.end());
-
-  return tool.run(static_cast<int>(args.size()), args.data(), [&]() -> int {
-    over.command.insert(over.command.end(), command.begin(), command.end());
+  return tool.run(argc, argv, [&]() -> int {
+    // After `--`, CLI11 fills submit's positionals in order, so with no spec file before it
+    // (`rsub submit -n x -- cmd args`) the command's first word lands in `spec`: it was
+    // when that word is the first after `--` and appears nowhere before it.
+    if (*submit_cmd && !spec_file.empty()) {
+      const auto dashes = std::find_if(argv + 1, argv + argc, [](const char* a) { return std::string_view(a) == "--"; });
+      if (dashes + 1 < argv + argc && spec_file == dashes[1] &&
+          std::find_if(argv + 1, dashes, [&](const char* a) { return spec_file == a; }) == dashes) {
+        over.command.insert(over.command.begin(), spec_file);
+        spec_file.clear();
+      }
+    }
+    if (!over.command.empty() && !*submit_cmd && !app.get_subcommands().empty())
+      usage_error("a command after -- is a job's: only rsub [options] -- COMMAND and rsub submit take one");
     if (*shim_cmd)
       return run_shim(shim_args[0], std::stoll(shim_args[1]), std::stoi(shim_args[2]), std::stoi(shim_args[3]),
                       std::stod(shim_args[4]));
