@@ -52,7 +52,7 @@ procs_in() {
 @test "an interrupted demo cancels its job and leaves no process behind" {
   mkdir "$BATS_TEST_TMPDIR/demo"
   export RKIT_DEMO_DIR=$(realpath "$BATS_TEST_TMPDIR/demo")
-  "$RKIT_ROOT/examples/demo.sh" "$RKIT_BUILD_DIR" >demo.out 2>&1 &
+  "$RKIT_ROOT/examples/demo.sh" "$RKIT_BUILD_DIR" >"$BATS_TEST_TMPDIR/demo.out" 2>&1 &
   pid=$!
   # SIGTERM once the training job runs: the demo's EXIT trap cancels it.
   for _ in $(seq 600); do [[ -e $RKIT_DEMO_DIR/ckpt ]] && break; sleep 0.1; done
