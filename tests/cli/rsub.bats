@@ -228,6 +228,8 @@ daemon_pid() {
                                           and (.waits_for | map(tostring) | index($f)) != null and .position == 1'
   run rsub status --json
   echo "$output" | jq -e -s 'map(select(.tenant == "*"))[0] | .running == 1 and .pending == 1 and .gpus_in_use == 1 and .gpus_total == 1'
+  run -0 rsub status
+  assert_line --regexp '^machine: 2 cores, 1 GPUs; daemon running$'
   rsub cancel "$first"
   run rsub wait "$second"
   assert_success
@@ -406,6 +408,8 @@ daemon_pid() {
   assert_failure 64
   run --separate-stderr rsub logs "$id"
   assert_failure 66
+  run -0 env RKIT_STATE_DIR="$BATS_TEST_TMPDIR/fresh" rsub status
+  assert_line 'machine: ? cores, ? GPUs; no daemon running'
   run --separate-stderr rsub
   assert_failure 64
   printf '[local]\ncpus = "many"\n' > "$RKIT_CONFIG"

@@ -456,9 +456,13 @@ int status(Context& ctx) {
   for (const auto& [key, r] : rows) out.print(record(key.first, key.second, r));
   out.print(record("*", "*", total));
   out.finish();
+  // The machine's size is what a daemon recorded: "?" until one has run.
+  auto size = [&](const char* key) {
+    const auto it = capacity.find(key);
+    return it != capacity.end() && it->is_number() ? it->dump() : std::string("?");
+  };
   if (ctx.format == Format::Table && !ctx.quiet)
-    std::cout << fmt::format("machine: {} cores, {} GPUs{}\n", capacity.value("cpus", Json("?")).dump(),
-                             capacity.value("gpus", Json("?")).dump(),
+    std::cout << fmt::format("machine: {} cores, {} GPUs{}\n", size("cpus"), size("gpus"),
                              wake_daemon(ctx.settings.dir) ? "; daemon running" : "; no daemon running");
   if (ctx.format == Format::Table && !ctx.quiet)
     for (const auto& [name, config] : ctx.settings.backends) {
