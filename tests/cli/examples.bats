@@ -45,13 +45,13 @@ site_config() {
 
 # toml_json FILE: the TOML file as JSON (Python's own TOML parser, not the tools').
 toml_json() {
-  python3 -c 'import json, sys, tomllib; print(json.dumps(tomllib.load(open(sys.argv[1], "rb"))))' "$1"
+  /usr/bin/python3 -c 'import json, sys, tomllib; print(json.dumps(tomllib.load(open(sys.argv[1], "rb"))))' "$1"
 }
 
 # toml_keys FILE: the dotted keys of FILE, one a line, sorted; the names of tenants,
 # users and backends (which the example chooses) shown as NAME, USER and TENANT.
 toml_keys() {
-  python3 - "$1" <<'EOF'
+  /usr/bin/python3 - "$1" <<'EOF'
 import re, sys, tomllib
 def walk(t, path):
     for k, v in t.items():
