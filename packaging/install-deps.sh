@@ -15,6 +15,7 @@ build=(
   libopenblas-dev libgloo-dev
   libsqlite3-dev
   libsimdjson-dev libcpp-httplib-dev  # rcost reads millions of records; rtop serve's /metrics
+  libsodium-dev  # rtrain: the per-run secret and HMAC challenge of its store
 )
 tests=(
   libgtest-dev googletest
