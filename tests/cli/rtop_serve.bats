@@ -19,28 +19,18 @@ setup() {
 }
 
 teardown() {
+  # The server first: a scrape's `rsub ls` may start a daemon until it has ended.
   stop_serve
-  stop_rsub "$RKIT_STATE_DIR/rsub"
-  stop_rsub "$BATS_TEST_TMPDIR/elsewhere/rsub"
-}
-
-# stop_rsub DIR: the supervisors of the rsub store in DIR (they end their tasks on
-# SIGTERM), then its daemon, by pid.
-stop_rsub() {
-  local dir=$1 lock pid
-  for lock in "$dir"/run/*.lock; do
-    [[ -e $lock ]] || continue
-    pid=$(cat "$lock" 2>/dev/null)
-    [[ -n $pid ]] && kill -TERM "$pid" 2>/dev/null || true
-  done
-  [[ -d $dir ]] || return 0
-  # A daemon started by the test's first submit writes its pid within 5 s.
-  for _ in $(seq 50); do [[ -s $dir/daemon.pid ]] && break; sleep 0.1; done
-  if [[ -s $dir/daemon.pid ]]; then
-    pid=$(cat "$dir/daemon.pid")
-    kill -TERM "$pid" 2>/dev/null || true
-    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-  fi
+  # Then every rsub daemon that an rsub command run here started, whichever state
+  # directory it used (RKIT_STATE_DIR, or the rsub.state_dir of a test's configuration):
+  # stop_rsub ends the daemon of $RKIT_STATE_DIR/rsub by the pid it wrote. A daemon just
+  # started writes its pid once it has probed the machine; its log comes first.
+  local dir
+  while IFS= read -r dir; do
+    for _ in $(seq 50); do [[ -e $dir/daemon.pid ]] && break; sleep 0.1; done
+    RKIT_STATE_DIR=${dir%/rsub} stop_rsub
+  done < <(find "$BATS_TEST_TMPDIR" \( -path '*/rsub/daemon.pid' -o -path '*/rsub/daemon.log' \) -printf '%h\n' 2>/dev/null |
+    sort -u)
 }
 
 @test "serve prints its URL and serves the text format that promtool accepts" {
