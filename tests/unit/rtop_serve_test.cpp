@@ -1,22 +1,35 @@
 // rtop serve: the Prometheus text it writes (escaping, HELP/TYPE, numbers), --listen,
 // the node reading from crafted /proc text, the queue and cost per tenant from a few
-// rkit.job.v1 records, and the Exporter against a stand-in rsub.
+// rkit.job.v1 records, the Exporter against a stand-in rsub, and the HTTP server's
+// limits against slow, huge and many clients.
 #include "serve.hpp"
 
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
+#include <future>
 #include <limits>
 #include <regex>
 #include <sstream>
+#include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "exposition.hpp"
 #include "rkit/config.hpp"
 #include "rkit/error.hpp"
+#include "rkit/interrupt.hpp"
 #include "test_support.hpp"
 
 namespace rkit::rtop {
@@ -478,6 +491,379 @@ TEST(RtopServe, WithoutTheQueueNoQueueMetrics) {
   EXPECT_EQ(text.find("rkit_queue"), std::string::npos) << text;
   EXPECT_EQ(text.find("source=\"queue\""), std::string::npos) << text;
   EXPECT_TRUE(has_line(text, R"(rkit_scrape_errors_total{source="node"} 0)")) << text;
+}
+
+// --- HTTP against hostile clients --------------------------------------------------------------
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+TEST(RtopServeLimits, RefusedBeforeTheBodyIsRead) {
+  const ServeLimits limits;
+  const std::string small = "100", at_cap = std::to_string(limits.max_body_bytes),
+                    over = std::to_string(limits.max_body_bytes + 1), huge = "1000000000", not_a_number = "12x",
+                    negative = "-1", empty, too_long = std::string(25, '9');
+  EXPECT_EQ(request_refusal("GET", nullptr, false, limits), 0);
+  EXPECT_EQ(request_refusal("HEAD", nullptr, false, limits), 0);
+  EXPECT_EQ(request_refusal("GET", &small, false, limits), 0);
+  EXPECT_EQ(request_refusal("GET", &at_cap, false, limits), 0);
+  EXPECT_EQ(request_refusal("GET", &over, false, limits), 413);
+  EXPECT_EQ(request_refusal("POST", &huge, false, limits), 413);  // the size first, whatever the method
+  EXPECT_EQ(request_refusal("GET", nullptr, true, limits), 411);
+  EXPECT_EQ(request_refusal("POST", nullptr, false, limits), 405);
+  EXPECT_EQ(request_refusal("PUT", &small, false, limits), 405);
+  for (const std::string* bad : {&not_a_number, &negative, &empty, &too_long})
+    EXPECT_EQ(request_refusal("GET", bad, false, limits), 400) << *bad;
+}
+
+// Both ends of a TCP connection on loopback, non-blocking on the server's side, which a
+// ClientConnection then owns.
+struct TcpPair {
+  int server = -1, client = -1;
+  TcpPair() {
+    const int l = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    if (l < 0 || ::bind(l, reinterpret_cast<sockaddr*>(&a), len) != 0 || ::listen(l, 1) != 0 ||
+        ::getsockname(l, reinterpret_cast<sockaddr*>(&a), &len) != 0)
+      throw std::runtime_error("listen on loopback");
+    client = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (::connect(client, reinterpret_cast<sockaddr*>(&a), len) != 0) throw std::runtime_error("connect");
+    server = ::accept4(l, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    ::close(l);
+  }
+  ~TcpPair() {
+    if (client >= 0) ::close(client);
+  }
+  void send(const std::string& text) const {
+    ASSERT_EQ(::send(client, text.data(), text.size(), MSG_NOSIGNAL), static_cast<ssize_t>(text.size()));
+  }
+};
+
+using Stage = ClientConnection::Stage;
+using End = ClientConnection::End;
+
+// Advances `c` whenever its socket is ready or its deadline passes, as serve's loop does,
+// while its stage is `stage` (10 s at most).
+void pump(ClientConnection& c, Stage stage) {
+  const auto start = Clock::now();
+  while (c.stage() == stage && seconds_since(start) < 10) {
+    pollfd p{c.fd(), c.events(), 0};
+    const auto ms = std::chrono::ceil<std::chrono::milliseconds>(c.deadline() - Clock::now()).count();
+    ::poll(&p, 1, static_cast<int>(std::clamp<long long>(ms, 0, 1000)));
+    c.advance(Clock::now());
+  }
+}
+
+// What `c` read, through read() as the worker's httplib does, with read()'s last answer.
+std::string taken(ClientConnection& c, ssize_t& last) {
+  std::string out;
+  char buf[1000];
+  while ((last = c.read(buf, sizeof buf)) > 0) out.append(buf, static_cast<std::size_t>(last));
+  return out;
+}
+
+TEST(RtopServeLimits, ARequestThatTricklesInEndsAtItsDeadlineNotAtAReadTimeout) {
+  TcpPair pair;
+  ServeLimits limits;
+  limits.read_timeout_s = 0.4;
+  const auto start = Clock::now();
+  ClientConnection c(pair.server, limits, start);
+  // A byte every 20 ms, and never the blank line that ends a head.
+  std::atomic<bool> done{false};
+  std::thread slow([&] {
+    for (int i = 0; !done && i < 150; ++i) {
+      if (::send(pair.client, "x", 1, MSG_NOSIGNAL) != 1) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+  pump(c, Stage::Reading);
+  const double took = seconds_since(start);
+  done = true;
+  slow.join();
+  EXPECT_EQ(c.stage(), Stage::Done);
+  EXPECT_EQ(c.end(), End::Deadline);
+  EXPECT_GE(took, 0.39);
+  EXPECT_LT(took, 1.0);
+  EXPECT_GT(c.bytes_received(), 5u);
+}
+
+TEST(RtopServeLimits, TheDeadlineCountsFromTheAccept) {
+  TcpPair pair;
+  ServeLimits limits;
+  limits.read_timeout_s = 0.3;
+  ClientConnection c(pair.server, limits, Clock::now() - std::chrono::seconds(1));
+  EXPECT_EQ(c.advance(Clock::now()), Stage::Done);
+  EXPECT_EQ(c.end(), End::Deadline);
+}
+
+TEST(RtopServeLimits, AHeadThatHasComeGoesToAWorkerWhole) {
+  TcpPair pair;
+  ClientConnection c(pair.server, ServeLimits{}, Clock::now());
+  pair.send("GET /metrics HTTP/1.1\r\n");
+  EXPECT_EQ(c.advance(Clock::now()), Stage::Reading);
+  pair.send("Host: x\r\n\r\n");
+  pump(c, Stage::Reading);
+  EXPECT_EQ(c.stage(), Stage::Answering);
+  ssize_t last = 0;
+  EXPECT_EQ(taken(c, last), "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(last, -1);  // the worker never waits for more
+  EXPECT_EQ(c.end(), End::Incomplete);
+}
+
+TEST(RtopServeLimits, ARequestLongerThanTheCapIsCutThere) {
+  TcpPair pair;
+  ServeLimits limits;
+  limits.max_head_bytes = 1000;
+  limits.max_body_bytes = 24;
+  ClientConnection c(pair.server, limits, Clock::now());
+  const std::string lots(200000, 'h');
+  std::thread big([&] { ::send(pair.client, lots.data(), lots.size(), MSG_NOSIGNAL); });
+  pump(c, Stage::Reading);
+  EXPECT_EQ(c.stage(), Stage::Answering);  // for the worker to answer 400
+  ssize_t last = 0;
+  EXPECT_EQ(taken(c, last).size(), 1024u);
+  EXPECT_EQ(last, -1);
+  EXPECT_EQ(c.end(), End::TooLong);
+  EXPECT_EQ(c.bytes_received(), 1024u);
+  ::shutdown(pair.client, SHUT_RDWR);  // the sender's rest goes nowhere
+  big.join();
+}
+
+TEST(RtopServeLimits, AClientThatClosesBeforeItsHeadEnds) {
+  TcpPair pair;
+  ClientConnection c(pair.server, ServeLimits{}, Clock::now());
+  pair.send("GET / HTTP/1.1\r\n");
+  ::shutdown(pair.client, SHUT_WR);
+  pump(c, Stage::Reading);
+  EXPECT_EQ(c.stage(), Stage::Done);
+  EXPECT_EQ(c.end(), End::PeerClosed);
+}
+
+TEST(RtopServeLimits, AResponseNobodyReadsEndsAtTheWriteDeadline) {
+  TcpPair pair;
+  ServeLimits limits;
+  limits.write_timeout_s = 0.4;
+  ClientConnection c(pair.server, limits, Clock::now());
+  pair.send("GET / HTTP/1.1\r\n\r\n");
+  pump(c, Stage::Reading);
+  ASSERT_EQ(c.stage(), Stage::Answering);
+  const std::string big(64 << 20, 'r');  // more than the kernel's buffers hold
+  ASSERT_EQ(c.write(big.data(), big.size()), static_cast<ssize_t>(big.size()));
+  const auto start = Clock::now();
+  c.answered(start);
+  pump(c, Stage::Sending);  // the client never reads
+  EXPECT_EQ(c.stage(), Stage::Done);
+  EXPECT_EQ(c.end(), End::Deadline);
+  EXPECT_GE(seconds_since(start), 0.39);
+  EXPECT_LT(seconds_since(start), 1.5);
+}
+
+TEST(RtopServeLimits, LingeringLetsAClientThatIsStillSendingReadTheResponse) {
+  TcpPair pair;
+  ServeLimits limits;
+  limits.linger_s = 2;
+  ClientConnection c(pair.server, limits, Clock::now());
+  // A head announcing a body the server will never read, then that body, while the
+  // client watches for the answer.
+  pair.send("POST / HTTP/1.1\r\nContent-Length: 4194304\r\n\r\n");
+  const std::string body(4 << 20, 'b');
+  std::string answer;
+  std::thread client([&] {
+    std::size_t sent = 0;
+    pollfd p{pair.client, POLLIN | POLLOUT, 0};
+    while (::poll(&p, 1, 3000) > 0) {
+      if (p.revents & POLLIN) {
+        char buf[256];
+        const ssize_t n = ::recv(pair.client, buf, sizeof buf, 0);
+        if (n <= 0) break;
+        answer.append(buf, static_cast<std::size_t>(n));
+      } else if (p.revents & POLLOUT) {
+        const ssize_t n = ::send(pair.client, body.data() + sent, std::min<std::size_t>(65536, body.size() - sent),
+                                 MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (n < 0 && errno != EAGAIN) break;
+        if (n > 0) sent += static_cast<std::size_t>(n);
+        if (sent == body.size()) p.events = POLLIN;
+      } else {
+        break;
+      }
+    }
+    ::close(pair.client);  // having read the answer to its end
+    pair.client = -1;
+  });
+  pump(c, Stage::Reading);
+  ASSERT_EQ(c.stage(), Stage::Answering);
+  const std::string response = "HTTP/1.1 413 Payload Too Large\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+  c.write(response.data(), response.size());
+  const auto start = Clock::now();
+  c.answered(start);
+  pump(c, Stage::Sending);
+  pump(c, Stage::Lingering);
+  EXPECT_LT(seconds_since(start), 1.5);  // the client closed, or a MiB was discarded
+  EXPECT_EQ(c.stage(), Stage::Done);
+  client.join();
+  EXPECT_EQ(answer, response);
+  EXPECT_LT(c.bytes_received(), ServeLimits{}.max_head_bytes + ServeLimits{}.max_body_bytes + 1);
+}
+
+// rtop serve in this process with small limits, stopped by SIGTERM as by a signal from outside.
+class ServeInProcess {
+ public:
+  ServeInProcess(const ServeLimits& limits, ServeOptions options = quiet_options()) : exporter_(options) {
+    thread_ = std::thread([this, limits] {
+      try {
+        serve(exporter_, parse_listen("127.0.0.1:0"), [this](const std::string& url) { url_.set_value(url); }, limits);
+      } catch (...) {
+        url_.set_exception(std::current_exception());
+      }
+    });
+    const std::string url = url_.get_future().get();
+    port_ = std::stoi(url.substr(url.rfind(':') + 1));
+  }
+  ~ServeInProcess() {
+    std::raise(SIGTERM);
+    thread_.join();
+  }
+  int port() const { return port_; }
+  static ServeOptions quiet_options() {
+    ServeOptions o;
+    o.use_nvml = false;
+    o.queue = false;
+    o.quiet = true;
+    return o;
+  }
+
+ private:
+  InterruptGuard guard_;
+  Exporter exporter_;
+  std::promise<std::string> url_;
+  std::thread thread_;
+  int port_ = 0;
+};
+
+int connect_to(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<std::uint16_t>(port));
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) throw std::runtime_error("connect");
+  return fd;
+}
+
+// What the server sends on `fd` until it closes (true) or `timeout_s` passes (false).
+bool read_until_closed(int fd, double timeout_s, std::string& got) {
+  const auto start = Clock::now();
+  for (;;) {
+    const double left = timeout_s - seconds_since(start);
+    pollfd p{fd, POLLIN, 0};
+    if (left <= 0 || ::poll(&p, 1, static_cast<int>(left * 1000) + 1) <= 0) return false;
+    char buf[4096];
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) return true;
+    got.append(buf, static_cast<std::size_t>(n));
+  }
+}
+
+// Sends `request` on a new connection; the status line of the answer ("" when none
+// came within `timeout_s`) and how long it took.
+std::pair<std::string, double> ask(int port, const std::string& request, double timeout_s = 5) {
+  const auto start = Clock::now();
+  const int fd = connect_to(port);
+  ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+  std::string got;
+  const bool closed = read_until_closed(fd, timeout_s, got);
+  ::close(fd);
+  return {closed ? got.substr(0, got.find("\r\n")) : "", seconds_since(start)};
+}
+
+const std::string kGet = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+
+TEST(RtopServeLimits, SlowClientsHoldNoWorker) {
+  ServeLimits limits;
+  limits.workers = 1;
+  limits.read_timeout_s = 1;
+  ServeInProcess server(limits);
+  // More slow clients than workers, each a byte at a time.
+  std::vector<int> slow;
+  for (int i = 0; i < 4; ++i) {
+    slow.push_back(connect_to(server.port()));
+    ::send(slow.back(), "GET /metrics HTTP/1.1\r\nX: ", 26, MSG_NOSIGNAL);
+  }
+  const auto [status, took] = ask(server.port(), kGet);
+  EXPECT_EQ(status, "HTTP/1.1 200 OK");
+  EXPECT_LT(took, 0.9);  // before any slow one's deadline
+  for (int fd : slow) {
+    std::string got;
+    EXPECT_TRUE(read_until_closed(fd, 3, got));  // cut at their deadline
+    ::close(fd);
+  }
+}
+
+TEST(RtopServeLimits, ANewConnectionBeyondTheLimitClosesTheOldestSilentOne) {
+  ServeLimits limits;
+  limits.connections = 4;
+  limits.read_timeout_s = 2;
+  ServeInProcess server(limits);
+  // Six connections that say nothing: the first two are closed to make room, with a 503.
+  std::vector<int> idle;
+  for (int i = 0; i < 6; ++i) idle.push_back(connect_to(server.port()));
+  for (int i = 0; i < 6; ++i) {
+    std::string got;
+    const bool closed = read_until_closed(idle[i], i < 2 ? 1.0 : 0.2, got);
+    EXPECT_EQ(closed, i < 2) << i;
+    if (i < 2) {
+      EXPECT_EQ(got.substr(0, 13), "HTTP/1.1 503 ") << got;
+    }
+  }
+  // A scraper still gets in, at once.
+  const auto [status, took] = ask(server.port(), kGet);
+  EXPECT_EQ(status, "HTTP/1.1 200 OK");
+  EXPECT_LT(took, 1.0);
+  for (int fd : idle) ::close(fd);
+}
+
+TEST(RtopServeLimits, RequestsBeyondWorkersAndQueueAre503AtOnce) {
+  testing::TempDir dir;
+  ServeOptions o = exporter_options(fake_rsub(dir, "sleep 1; true"));  // each scrape takes a second
+  ServeLimits limits;
+  limits.workers = 1;
+  limits.queue = 1;
+  ServeInProcess server(limits, o);
+  std::vector<int> fds;
+  for (int i = 0; i < 2; ++i) {
+    fds.push_back(connect_to(server.port()));
+    ::send(fds.back(), kGet.data(), kGet.size(), MSG_NOSIGNAL);
+  }
+  // The first is being answered, the second waits (the server takes connections in
+  // order, and both requests are there before the third connects).
+  const auto [status, took] = ask(server.port(), kGet);
+  EXPECT_EQ(status, "HTTP/1.1 503 Service Unavailable");
+  EXPECT_LT(took, 0.5);
+  for (int fd : fds) {
+    std::string got;
+    EXPECT_TRUE(read_until_closed(fd, 10, got));
+    EXPECT_EQ(got.substr(0, 15), "HTTP/1.1 200 OK") << got;
+    ::close(fd);
+  }
+}
+
+TEST(RtopServeLimits, ServeRefusesBodiesBeforeReadingThem) {
+  ServeInProcess server(ServeLimits{});
+  for (const auto& [request, status] : std::vector<std::pair<std::string, std::string>>{
+           {"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000000\r\n\r\n", "413"},
+           {"GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 9000\r\n\r\n", "413"},
+           {"GET /metrics HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n", "411"},
+           {"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc", "405"},
+           {"GET /metrics HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 9999999\r\n\r\n", "413"},
+           {"GET /metrics HTTP/1.1\r\nX-Big: " + std::string(40000, 'a') + "\r\n\r\n", "400"},
+           {"GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello", "200"}}) {
+    const auto [line, took] = ask(server.port(), request);
+    EXPECT_EQ(line.substr(0, 13), "HTTP/1.1 " + status + " ") << request.substr(0, 80);
+  }
 }
 
 }  // namespace

@@ -2,7 +2,10 @@
 
 #include <fmt/format.h>
 #include <httplib.h>
+#include <fcntl.h>
 #include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -11,6 +14,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <iostream>
 #include <sstream>
@@ -421,35 +425,300 @@ std::string Exporter::scrape(std::optional<double> timeout_s) {
 
 // --- HTTP ------------------------------------------------------------------------------
 
+int request_refusal(std::string_view method, const std::string* content_length, bool has_transfer_encoding,
+                    const ServeLimits& limits) {
+  if (content_length) {
+    const std::string& v = *content_length;
+    if (v.empty() || v.size() > 19 || !std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      return 400;
+    if (std::stoull(v) > limits.max_body_bytes) return 413;
+  }
+  if (has_transfer_encoding) return 411;
+  if (method != "GET" && method != "HEAD") return 405;
+  return 0;
+}
+
 namespace {
 
-// Why binding `l` fails, found by trying it with a socket of our own (cpp-httplib only
-// says that it failed).
-Error bind_error(const ListenAddress& l) {
-  const std::string what = "--listen " + l.text();
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE;
-  addrinfo* found = nullptr;
-  const int rc = ::getaddrinfo(l.host.c_str(), std::to_string(l.port).c_str(), &hints, &found);
-  if (rc != 0)
-    return Error(rc == EAI_AGAIN ? Exit::TempFail : Exit::Usage, fmt::format("{}: {}", what, ::gai_strerror(rc)));
-  int err = 0;
-  for (addrinfo* a = found; a; a = a->ai_next) {
-    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-    if (fd < 0) {
-      err = errno;
-      continue;
+using Clock = ClientConnection::Clock;
+using Stage = ClientConnection::Stage;
+using End = ClientConnection::End;
+
+Clock::time_point after(Clock::time_point t, double s) {
+  return t + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+}
+
+constexpr std::size_t kReadChunk = 4096;
+
+bool would_block(int err) { return err == EAGAIN || err == EWOULDBLOCK; }
+
+}  // namespace
+
+ClientConnection::ClientConnection(int fd, const ServeLimits& limits, Clock::time_point accepted)
+    : fd_(fd), limits_(limits), accepted_(accepted), stage_deadline_(after(accepted, limits.read_timeout_s)) {}
+
+ClientConnection::~ClientConnection() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void ClientConnection::close_now(End why) {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+  stage_ = Stage::Done;
+  if (end_ == End::None) end_ = why;
+}
+
+short ClientConnection::events() const {
+  return stage_ == Stage::Sending ? POLLOUT : stage_ == Stage::Reading || stage_ == Stage::Lingering ? POLLIN : 0;
+}
+
+Clock::time_point ClientConnection::deadline() const { return stage_deadline_; }
+
+ClientConnection::Stage ClientConnection::advance(Clock::time_point now) {
+  switch (stage_) {
+    case Stage::Reading: {
+      const std::size_t cap = limits_.max_head_bytes + limits_.max_body_bytes;
+      while (received_ < cap) {
+        const std::size_t old = in_.size();
+        in_.resize(old + std::min(kReadChunk, cap - received_));
+        const ssize_t n = ::recv(fd_, in_.data() + old, in_.size() - old, MSG_DONTWAIT);
+        if (n <= 0) {
+          in_.resize(old);
+          if (n < 0 && errno == EINTR) continue;
+          if (n < 0 && would_block(errno)) break;
+          close_now(n == 0 ? End::PeerClosed : End::Failed);
+          return stage_;
+        }
+        in_.resize(old + static_cast<std::size_t>(n));
+        received_ += static_cast<std::size_t>(n);
+        // The head ends at its blank line (httplib skips a line without its CR).
+        const std::size_t from = old >= 2 ? old - 2 : 0;
+        if (std::string_view(in_.data() + from, in_.size() - from).find("\n\r\n") != std::string_view::npos)
+          return stage_ = Stage::Answering;
+      }
+      if (received_ >= cap) return stage_ = Stage::Answering;  // the worker answers 400
+      if (now >= stage_deadline_) close_now(End::Deadline);
+      return stage_;
     }
-    int yes = 1;
-    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-    const int bound = ::bind(fd, a->ai_addr, a->ai_addrlen);
-    err = bound == 0 ? 0 : errno;
-    ::close(fd);
-    if (bound == 0) break;
+    case Stage::Sending: {
+      while (out_off_ < out_.size()) {
+        const ssize_t n = ::send(fd_, out_.data() + out_off_, out_.size() - out_off_, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (n >= 0) {
+          out_off_ += static_cast<std::size_t>(n);
+        } else if (would_block(errno)) {
+          break;
+        } else if (errno != EINTR) {
+          close_now(End::Failed);
+          return stage_;
+        }
+      }
+      if (out_off_ < out_.size()) {
+        if (now >= stage_deadline_) close_now(End::Deadline);
+        return stage_;
+      }
+      std::string().swap(out_);
+      ::shutdown(fd_, SHUT_WR);
+      stage_ = Stage::Lingering;
+      stage_deadline_ = after(now, limits_.linger_s);
+      [[fallthrough]];
+    }
+    case Stage::Lingering: {
+      // Closing with unread input makes the kernel send a reset, which can destroy the
+      // response before the client has read it: what it still sends is taken, for a while.
+      char scratch[kReadChunk];
+      while (discarded_ < limits_.linger_bytes) {
+        const ssize_t n = ::recv(fd_, scratch, sizeof scratch, MSG_DONTWAIT);
+        if (n > 0) {
+          discarded_ += static_cast<std::size_t>(n);
+        } else if (n < 0 && would_block(errno)) {
+          break;
+        } else if (n == 0 || errno != EINTR) {
+          close_now(n == 0 ? End::PeerClosed : End::Failed);
+          return stage_;
+        }
+      }
+      if (discarded_ >= limits_.linger_bytes || now >= stage_deadline_) close_now(End::Deadline);
+      return stage_;
+    }
+    case Stage::Answering:
+    case Stage::Done:
+      return stage_;
   }
-  ::freeaddrinfo(found);
+  return stage_;
+}
+
+void ClientConnection::answered(Clock::time_point now) {
+  if (stage_ != Stage::Answering) return;
+  std::vector<char>().swap(in_);
+  in_off_ = 0;
+  stage_ = Stage::Sending;
+  stage_deadline_ = after(now, limits_.write_timeout_s);
+}
+
+void ClientConnection::refuse(std::string_view response) {
+  if (fd_ < 0) return;
+  // What has come is read first, so that closing sends a FIN rather than a reset.
+  char scratch[kReadChunk];
+  for (int i = 0; i < 4 && ::recv(fd_, scratch, sizeof scratch, MSG_DONTWAIT) > 0; ++i) {
+  }
+  if (!response.empty()) {
+    [[maybe_unused]] const ssize_t n = ::send(fd_, response.data(), response.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+  }
+  ::shutdown(fd_, SHUT_WR);
+  close_now(End::Refused);
+}
+
+ssize_t ClientConnection::read(char* out, std::size_t size) {
+  if (size == 0) return 0;
+  if (in_off_ >= in_.size()) {
+    if (end_ == End::None)
+      end_ = received_ >= limits_.max_head_bytes + limits_.max_body_bytes ? End::TooLong : End::Incomplete;
+    return -1;
+  }
+  const std::size_t n = std::min(size, in_.size() - in_off_);
+  std::memcpy(out, in_.data() + in_off_, n);
+  in_off_ += n;
+  return static_cast<ssize_t>(n);
+}
+
+ssize_t ClientConnection::write(const char* data, std::size_t size) {
+  if (stage_ == Stage::Done) return -1;
+  out_.append(data, size);
+  return static_cast<ssize_t>(size);
+}
+
+namespace {
+
+// httplib parses a request and writes its response over this Stream, which never
+// waits: the request has come whole (or as far as the cap), the response is buffered.
+class LimitedStream final : public httplib::Stream {
+ public:
+  explicit LimitedStream(ClientConnection& c) : c_(c) {}
+  bool is_readable() const override { return c_.readable(); }
+  bool is_writable() const override { return c_.stage() != Stage::Done; }
+  ssize_t read(char* ptr, size_t size) override { return c_.read(ptr, size); }
+  ssize_t write(const char* ptr, size_t size) override { return c_.write(ptr, size); }
+  void get_remote_ip_and_port(std::string& ip, int& port) const override { address_of(::getpeername, ip, port); }
+  void get_local_ip_and_port(std::string& ip, int& port) const override { address_of(::getsockname, ip, port); }
+  socket_t socket() const override { return c_.fd(); }
+
+ private:
+  template <typename F>
+  void address_of(F get, std::string& ip, int& port) const {
+    sockaddr_storage a{};
+    socklen_t len = sizeof a;
+    char host[NI_MAXHOST] = "", serv[NI_MAXSERV] = "";
+    if (get(c_.fd(), reinterpret_cast<sockaddr*>(&a), &len) == 0 &&
+        ::getnameinfo(reinterpret_cast<sockaddr*>(&a), len, host, sizeof host, serv, sizeof serv,
+                      NI_NUMERICHOST | NI_NUMERICSERV) == 0) {
+      ip = host;
+      port = std::atoi(serv);
+    }
+  }
+  ClientConnection& c_;
+};
+
+// httplib's Server for its routing, request parsing and response writing, without its
+// accept loop and socket streams: their timeouts are per read, its queue has no bound,
+// and a slow client holds one of its threads.
+class LimitedServer : public httplib::Server {
+ public:
+  void answer(ClientConnection& c) {
+    LimitedStream stream(c);
+    bool closed = false;
+    process_request(stream, /*close_connection=*/true, closed, nullptr);
+  }
+};
+
+// Workers that answer connections whose request has come, from a bounded queue, and
+// hand them back for sending.
+class WorkerPool {
+ public:
+  WorkerPool(LimitedServer& server, const ServeLimits& limits, int wake_fd)
+      : server_(server), limits_(limits), wake_fd_(wake_fd) {
+    for (std::size_t i = 0; i < std::max<std::size_t>(limits.workers, 1); ++i)
+      threads_.emplace_back([this] { work(); });
+  }
+  ~WorkerPool() { stop(); }
+
+  // Takes `c` (leaving it null) unless workers + queue connections are already queued
+  // or being answered.
+  bool offer(std::unique_ptr<ClientConnection>& c) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (stopping_ || queued_.size() + answering_ >= threads_.size() + limits_.queue) return false;
+      queued_.push_back(std::move(c));
+    }
+    cv_.notify_one();
+    return true;
+  }
+
+  // The connections answered since the last call, to send.
+  std::vector<std::unique_ptr<ClientConnection>> take_answered() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return std::exchange(answered_, {});
+  }
+
+  // Connections queued, being answered or answered and not yet taken.
+  std::size_t held() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return queued_.size() + answering_ + answered_.size();
+  }
+
+  // Drops the queued connections and waits for the workers to finish their answers.
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (stopping_) return;
+      stopping_ = true;
+      queued_.clear();
+    }
+    cv_.notify_all();
+    for (std::thread& t : threads_) t.join();
+  }
+
+ private:
+  void work() {
+    for (;;) {
+      std::unique_ptr<ClientConnection> c;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        cv_.wait(lock, [this] { return stopping_ || !queued_.empty(); });
+        if (queued_.empty()) return;
+        c = std::move(queued_.front());
+        queued_.pop_front();
+        ++answering_;
+      }
+      try {
+        server_.answer(*c);
+      } catch (...) {
+        // httplib makes a handler's exception a 500; anything else costs this connection only
+        c->refuse({});
+      }
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        --answering_;
+        answered_.push_back(std::move(c));
+      }
+      [[maybe_unused]] const ssize_t n = ::write(wake_fd_, "x", 1);  // a full pipe already wakes
+    }
+  }
+
+  LimitedServer& server_;
+  ServeLimits limits_;
+  int wake_fd_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<std::unique_ptr<ClientConnection>> queued_;
+  std::vector<std::unique_ptr<ClientConnection>> answered_;
+  std::size_t answering_ = 0;
+  bool stopping_ = false;
+  std::vector<std::thread> threads_;
+};
+
+// Why binding `l` failed (errno `err`, 0 when no address could be tried).
+Error bind_error(const ListenAddress& l, int err) {
+  const std::string what = "--listen " + l.text();
   switch (err) {
     case EADDRINUSE:
       return Error(Exit::Unavailable, what + ": address already in use",
@@ -466,19 +735,197 @@ Error bind_error(const ListenAddress& l) {
   }
 }
 
+// A listening socket on exactly `l`'s address (the first of its name's addresses that
+// binds): close-on-exec, so that rsub and a daemon it starts never inherit it; with
+// SO_REUSEADDR but not SO_REUSEPORT, with which a second exporter would share the port
+// silently. Sets `port` to the port bound.
+int open_listener(const ListenAddress& l, int& port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* found = nullptr;
+  const int rc = ::getaddrinfo(l.host.c_str(), std::to_string(l.port).c_str(), &hints, &found);
+  if (rc != 0)
+    throw Error(rc == EAI_AGAIN ? Exit::TempFail : Exit::Usage,
+                fmt::format("--listen {}: {}", l.text(), ::gai_strerror(rc)));
+  int err = 0, fd = -1;
+  for (addrinfo* a = found; a && fd < 0; a = a->ai_next) {
+    fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
+    if (fd < 0) {
+      err = errno;
+      continue;
+    }
+    int yes = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) != 0 || ::listen(fd, SOMAXCONN) != 0) {
+      err = errno;
+      ::close(fd);
+      fd = -1;
+    }
+  }
+  ::freeaddrinfo(found);
+  if (fd < 0) throw bind_error(l, err);
+  sockaddr_storage bound{};
+  socklen_t len = sizeof bound;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len);
+  port = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                           : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  return fd;
+}
+
+const std::string& busy_response() {
+  static const std::string text = [] {
+    const std::string_view body = "rtop serve: too many connections, try again\n";
+    return fmt::format(
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\n"
+        "Retry-After: 1\r\nConnection: close\r\n\r\n{}",
+        body.size(), body);
+  }();
+  return text;
+}
+
+// The thread that listens: it accepts, reads every request and sends every response
+// without blocking, and hands requests that have come to the workers.
+class Frontend {
+ public:
+  Frontend(int listener, const ServeLimits& limits, WorkerPool& pool, int wake_fd)
+      : listener_(listener), limits_(limits), pool_(pool), wake_fd_(wake_fd) {}
+  ~Frontend() {
+    if (listener_ >= 0) ::close(listener_);
+  }
+  Frontend(const Frontend&) = delete;
+  Frontend& operator=(const Frontend&) = delete;
+
+  // Until a signal comes; then stops listening (closing the listener), drops what is
+  // still being read, and sends the answers in progress.
+  void run() {
+    while (!interrupt_signal()) step(std::chrono::milliseconds(100), true);
+    ::close(listener_);
+    listener_ = -1;
+    std::erase_if(open_, [](const auto& c) { return c->stage() == Stage::Reading; });
+    pool_.stop();
+    stopping_ = true;
+    do step(std::chrono::milliseconds(100), false);  // the first one takes the last answers
+    while (!open_.empty());
+  }
+
+ private:
+  void step(std::chrono::milliseconds most, bool accepting) {
+    fds_.clear();
+    fds_.push_back({accepting ? listener_ : -1, POLLIN, 0});
+    fds_.push_back({wake_fd_, POLLIN, 0});
+    Clock::time_point until = Clock::now() + most;
+    for (const auto& c : open_) {
+      fds_.push_back({c->fd(), c->events(), 0});
+      until = std::min(until, c->deadline());
+    }
+    const auto wait_ms = std::chrono::ceil<std::chrono::milliseconds>(until - Clock::now()).count();
+    if (::poll(fds_.data(), fds_.size(), static_cast<int>(std::max<long long>(wait_ms, 0))) < 0 && errno != EINTR)
+      throw system_error("poll", errno);
+    const Clock::time_point now = Clock::now();
+    for (std::size_t i = 0; i < open_.size(); ++i) {
+      std::unique_ptr<ClientConnection>& c = open_[i];
+      if (fds_[i + 2].revents == 0 && now < c->deadline()) continue;
+      advance(c, now);
+    }
+    std::erase_if(open_, [](const auto& c) { return !c || c->stage() == Stage::Done; });
+    if (fds_[1].revents & POLLIN) {
+      char drain[64];
+      while (::read(wake_fd_, drain, sizeof drain) > 0) {
+      }
+    }
+    for (std::unique_ptr<ClientConnection>& c : pool_.take_answered()) {
+      c->answered(now);
+      advance(c, now);
+      if (c && c->stage() != Stage::Done) open_.push_back(std::move(c));
+    }
+    if (accepting && (fds_[0].revents & POLLIN)) accept_some(now);
+  }
+
+  // Moves `c` on; one whose request has come goes to the workers (null here then), or
+  // is refused when they have enough.
+  void advance(std::unique_ptr<ClientConnection>& c, Clock::time_point now) {
+    const Stage stage = c->advance(now);
+    if (stage == Stage::Lingering && stopping_) c->refuse({});
+    if (stage == Stage::Answering && !pool_.offer(c)) c->refuse(busy_response());
+  }
+
+  void accept_some(Clock::time_point now) {
+    for (int i = 0; i < 64; ++i) {
+      const int fd = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (fd < 0) {
+        const int err = errno;
+        if (err == EINTR || err == ECONNABORTED || err == EPROTO) continue;
+        if (would_block(err)) return;
+        if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));  // until connections end
+          return;
+        }
+        throw system_error("accept", err);
+      }
+      auto c = std::make_unique<ClientConnection>(fd, limits_, now);
+      if (open_.size() + pool_.held() >= limits_.connections && !evict_oldest()) {
+        c->refuse(busy_response());
+        continue;
+      }
+      advance(c, now);
+      if (c && c->stage() != Stage::Done) open_.push_back(std::move(c));
+    }
+  }
+
+  // Makes room for a new connection: the one here that has been open the longest (in
+  // a flood, one still sending its request or lingering) is closed, so that connections
+  // that say nothing cannot keep a scraper out. False when none is here.
+  bool evict_oldest() {
+    const auto oldest = std::min_element(open_.begin(), open_.end(),
+                                         [](const auto& a, const auto& b) { return a->accepted() < b->accepted(); });
+    if (oldest == open_.end()) return false;
+    (*oldest)->refuse((*oldest)->stage() == Stage::Reading ? std::string_view(busy_response()) : std::string_view());
+    open_.erase(oldest);
+    return true;
+  }
+
+  int listener_;
+  ServeLimits limits_;
+  WorkerPool& pool_;
+  int wake_fd_;
+  bool stopping_ = false;
+  std::vector<std::unique_ptr<ClientConnection>> open_;  // being read, sent or lingering
+  std::vector<pollfd> fds_;
+};
+
 }  // namespace
 
-void serve(Exporter& exporter, const ListenAddress& listen, const std::function<void(const std::string&)>& on_listening) {
-  // A scraper that hangs up mid-response must not end the exporter.
+void serve(Exporter& exporter, const ListenAddress& listen, const std::function<void(const std::string&)>& on_listening,
+           const ServeLimits& limits) {
+  // A scraper that hangs up mid-response must not end the exporter (sends say
+  // MSG_NOSIGNAL; this covers anything else).
   std::signal(SIGPIPE, SIG_IGN);
-  httplib::Server server;
-  // SO_REUSEADDR only: cpp-httplib's default adds SO_REUSEPORT, with which a second
-  // exporter on the same port would share it silently instead of failing.
-  server.set_socket_options([](socket_t sock) {
-    int yes = 1;
-    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  LimitedServer server;
+  server.set_payload_max_length(limits.max_body_bytes);  // a second line: no route reads a body
+  // A request its headers already refuse is answered before its body is read, then closed.
+  const auto refused = [&limits](const httplib::Request& req, httplib::Response& res) {
+    const auto length = req.headers.find("Content-Length");
+    const int status = request_refusal(req.method, length == req.headers.end() ? nullptr : &length->second,
+                                       req.has_header("Transfer-Encoding"), limits);
+    if (status == 0) return false;
+    res.status = status;
+    if (status == 405) res.set_header("Allow", "GET, HEAD");
+    const std::string why = status == 413   ? fmt::format("a request body is at most {} bytes", limits.max_body_bytes)
+                            : status == 411 ? "a request body needs a Content-Length"
+                            : status == 405 ? "only GET and HEAD"
+                                            : "bad Content-Length";
+    res.set_content("rtop serve: " + why + "\n", "text/plain; charset=utf-8");
+    return true;
+  };
+  server.set_pre_routing_handler([refused](const httplib::Request& req, httplib::Response& res) {
+    return refused(req, res) ? httplib::Server::HandlerResponse::Handled : httplib::Server::HandlerResponse::Unhandled;
   });
-  server.new_task_queue = [] { return new httplib::ThreadPool(4); };
+  // Expect: 100-continue would invite the body that the routing then refuses.
+  server.set_expect_100_continue_handler([refused](const httplib::Request& req, httplib::Response& res) {
+    return refused(req, res) ? res.status : 100;
+  });
   server.Get("/metrics", [&exporter](const httplib::Request& req, httplib::Response& res) {
     std::optional<double> timeout_s;
     try {
@@ -504,27 +951,21 @@ void serve(Exporter& exporter, const ListenAddress& listen, const std::function<
     res.set_content("rtop serve: internal error: " + why + "\n", "text/plain; charset=utf-8");
   });
 
-  int port = listen.port;
-  if (port == 0) port = server.bind_to_any_port(listen.host);
-  else if (!server.bind_to_port(listen.host, port)) port = -1;
-  if (port <= 0) throw bind_error(listen);
+  int wake[2];  // workers to the frontend: an answer is ready to send
+  if (::pipe2(wake, O_CLOEXEC | O_NONBLOCK) != 0) throw system_error("pipe", errno);
+  struct PipeCloser {
+    int* fds;
+    ~PipeCloser() { ::close(fds[0]), ::close(fds[1]); }
+  } pipe_closer{wake};
+  int port = 0;
+  WorkerPool pool(server, limits, wake[1]);
+  Frontend frontend(open_listener(listen, port), limits, pool, wake[0]);  // which closes the listener
   on_listening("http://" + listen.text(port) + "/metrics");
-
-  // The signal handler only records the signal; this thread turns it into a stop.
-  std::atomic<bool> done{false};
-  std::thread watcher([&] {
-    while (!done) {
-      if (interrupt_signal() && server.is_running()) {
-        server.stop();
-        return;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-  });
-  const bool ok = server.listen_after_bind();
-  done = true;
-  watcher.join();
-  if (!ok && !interrupt_signal()) throw Error(Exit::Unavailable, "--listen " + listen.text(port) + ": the server stopped");
+  try {
+    frontend.run();
+  } catch (const Error& e) {
+    throw Error(Exit::Unavailable, fmt::format("--listen {}: {}", listen.text(port), e.what()));
+  }
 }
 
 }  // namespace rkit::rtop

@@ -12,10 +12,16 @@
 //   std::string text = exporter.scrape();    // one /metrics body
 //   serve(exporter, opt.listen, [](const std::string& url) { std::cout << url << '\n'; });
 //
+// The HTTP server bounds what any client may cost it (ServeLimits): slow, huge or many
+// clients are cut off or refused, and a scrape still gets a worker.
+//
 // The pieces below the Exporter are pure functions over text and records, for tests.
 #pragma once
 
+#include <sys/types.h>
+
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -151,12 +157,109 @@ class Exporter {
   std::thread cpu_thread_;
 };
 
-// Listens on `listen` and serves /metrics (and a pointer to it at /) until SIGINT,
-// SIGTERM or SIGHUP arrives (an InterruptGuard must be installed), then stops
-// accepting, finishes the requests in progress and returns. `on_listening` gets the
-// metrics URL once bound ("http://127.0.0.1:41234/metrics"). Errors: Error(Unavailable)
-// when the address is in use, Error(Usage) when it is not one of this machine's or
-// does not resolve, Error(NoPerm) for a port the user may not bind.
-void serve(Exporter& exporter, const ListenAddress& listen, const std::function<void(const std::string&)>& on_listening);
+// --- HTTP, against hostile clients ------------------------------------------------------
+//
+// What clients may cost the exporter, fixed (rtop(1), SECURITY). A scraper sends a GET of
+// a few hundred bytes at once and reads a response of some KiB, so these are far above
+// its needs and far below what would let slow, huge or many clients stop the scrapes.
+// One thread reads every request and sends every response without blocking; workers
+// only answer requests that have fully arrived, so no client can hold one by being slow.
+struct ServeLimits {
+  std::size_t connections = 256;  // open at once; one more closes the oldest (503 if still sending its request)
+  std::size_t workers = 8;        // requests answered at once (their scrapes run one at a time)
+  std::size_t queue = 32;         // arrived requests waiting for a worker; beyond, 503 at once
+  std::size_t max_head_bytes = 16 << 10;  // request line and headers
+  std::size_t max_body_bytes = 8 << 10;   // a declared body (Content-Length) beyond: 413, left unread
+  double read_timeout_s = 5;   // the whole request, from the accept, however its bytes trickle
+  double write_timeout_s = 5;  // the whole response, from its first send
+  double linger_s = 1;         // after the response, what the client still sends is discarded until
+  std::size_t linger_bytes = 1 << 20;  // it closes, for at most this long and this much
+};
+
+// The status that refuses a request once its headers are read, before any body is, or 0
+// to serve it: 400 for a Content-Length that is not a number, 413 for one above
+// limits.max_body_bytes, 411 for a body of unknown length (any Transfer-Encoding), 405
+// for a method other than GET and HEAD (nothing here takes a body). `content_length` is
+// null when the header is absent.
+int request_refusal(std::string_view method, const std::string* content_length, bool has_transfer_encoding,
+                    const ServeLimits& limits);
+
+// One accepted client connection through its stages, none of which blocks: Reading (what
+// has arrived is taken, until the head is complete), Answering (a worker parses it from
+// what was taken and writes the response into a buffer), Sending, Lingering (its input
+// discarded after the response, so that closing does not reset a client still sending),
+// Done (closed). Owns the socket; one thread at a time.
+//
+//   ClientConnection c(fd, limits, Clock::now());
+//   while (c.stage() == Stage::Reading) { poll(c.fd(), c.events(), until c.deadline()); c.advance(now); }
+//   ... read() and write() answer it (serve.cpp: through httplib's Stream) ...
+//   c.answered(now);
+//   while (c.stage() != Stage::Done) { poll as above; c.advance(now); }
+class ClientConnection {
+ public:
+  using Clock = std::chrono::steady_clock;
+  enum class Stage { Reading, Answering, Sending, Lingering, Done };
+  // The first reason the connection ended (or its request could not be read whole):
+  // the client closed, a deadline or limit passed, the cap cut the request, the head
+  // was incomplete, the socket failed, or it was refused.
+  enum class End { None, PeerClosed, Deadline, TooLong, Incomplete, Failed, Refused };
+
+  ClientConnection(int fd, const ServeLimits& limits, Clock::time_point accepted);
+  ~ClientConnection();  // closes the socket, if still open
+  ClientConnection(const ClientConnection&) = delete;
+  ClientConnection& operator=(const ClientConnection&) = delete;
+
+  // Does what the stage allows without blocking and returns the stage then. Reading
+  // ends as Answering once the head (through its blank line) has come or the request
+  // reached max_head_bytes + max_body_bytes, as Done when the client closes or the
+  // read deadline (read_timeout_s after the accept) passes; Sending as Lingering once
+  // all is sent, as Done at its deadline; Lingering as Done when the client closes or
+  // its limits are reached.
+  Stage advance(Clock::time_point now);
+  // After a worker has answered: the response goes out from now.
+  void answered(Clock::time_point now);
+  // Best effort without waiting: `response` is sent as far as the socket takes it, and
+  // the connection is closed (Done, End::Refused).
+  void refuse(std::string_view response);
+
+  // For the worker, from what Reading took: up to `size` bytes; -1 past them (end()
+  // is then TooLong when the cap cut the request, else Incomplete).
+  ssize_t read(char* out, std::size_t size);
+  bool readable() const { return in_off_ < in_.size(); }
+  // Appends to the response (`size`; -1 once the connection has failed).
+  ssize_t write(const char* data, std::size_t size);
+
+  Stage stage() const { return stage_; }
+  End end() const { return end_; }
+  short events() const;                   // to poll for in this stage
+  Clock::time_point deadline() const;     // of this stage
+  Clock::time_point accepted() const { return accepted_; }
+  int fd() const { return fd_; }
+  std::size_t bytes_received() const { return received_; }
+
+ private:
+  void close_now(End why);
+
+  int fd_;
+  ServeLimits limits_;
+  Clock::time_point accepted_, stage_deadline_;
+  Stage stage_ = Stage::Reading;
+  End end_ = End::None;
+  std::vector<char> in_;
+  std::size_t in_off_ = 0, received_ = 0, discarded_ = 0;
+  std::string out_;
+  std::size_t out_off_ = 0;
+};
+
+// Listens on `listen` and serves /metrics (and a pointer to it at /) within `limits`
+// until SIGINT, SIGTERM or SIGHUP arrives (an InterruptGuard must be installed), then
+// stops accepting, drops the connections still sending their request or waiting for a
+// worker, sends the answers in progress (within their deadlines) and returns. One
+// request per connection (Connection: close). `on_listening` gets the metrics URL once
+// bound ("http://127.0.0.1:41234/metrics"). Errors: Error(Unavailable) when the address
+// is in use, Error(Usage) when it is not one of this machine's or does not resolve,
+// Error(NoPerm) for a port the user may not bind.
+void serve(Exporter& exporter, const ListenAddress& listen, const std::function<void(const std::string&)>& on_listening,
+           const ServeLimits& limits = ServeLimits{});
 
 }  // namespace rkit::rtop
