@@ -2,8 +2,9 @@
 # rtop serve end to end over HTTP on loopback: the exposition (checked by promtool, the
 # Prometheus project's own linter), node values against /proc, GPU values from the FAKE
 # NVML, the rsub queue and cost per tenant from jobs submitted here, a broken queue,
-# bad --listen, a port in use, and stopping on signals. A real Prometheus scrapes it in
-# tests/integration/rtop_prometheus.bats.
+# bad --listen, a port in use, and stopping on signals; then hostile clients: a 1 GB
+# body, slow clients, a flood of connections, and where it listens. A real Prometheus
+# scrapes it in tests/integration/rtop_prometheus.bats.
 bats_require_minimum_version 1.5.0
 
 setup() {
@@ -19,6 +20,7 @@ setup() {
 }
 
 teardown() {
+  [[ -z ${SLOW_PID:-} ]] || kill "$SLOW_PID" 2>/dev/null || true
   # The server first: a scrape's `rsub ls` may start a daemon until it has ended.
   stop_serve
   # Then every rsub daemon that an rsub command run here started, whichever state
@@ -377,4 +379,86 @@ s.bind(('127.0.0.1', $port)); print('bound')"
   wait "$SERVE_PID" || status=$?
   SERVE_PID=
   assert_equal "$status" 130
+}
+
+# --- hostile clients (rtop(1), SECURITY) ------------------------------------------------
+
+@test "serve refuses a 1 GB body (or head) at once, having read little of it, and its memory stays small" {
+  start_serve --no-queue
+  rss=$(serve_status VmRSS)
+  for method in POST GET chunked head; do
+    run -0 attack_big_body "$SERVE_PORT" "$method"
+    case $method in
+      chunked) want=411 ;;  # a body of no stated length
+      head) want=400 ;;     # a head beyond 16 KiB
+      *) want=413 ;;
+    esac
+    [[ $output =~ ^status=$want\ how=answer\ sent=([0-9]+)\ after=([0-9.]+)$ ]] || fail "$method: $output"
+    # Answered before the client could send 1 GB: it sent no more than the kernel's
+    # socket buffers took (a few MiB).
+    ((BASH_REMATCH[1] < 64 << 20)) || fail "$method: the client sent ${BASH_REMATCH[1]} bytes before the answer"
+    awk -v t="${BASH_REMATCH[2]}" 'BEGIN { exit !(t < 2) }' || fail "$method: the answer took ${BASH_REMATCH[2]} s"
+  done
+  # The peak of its memory (VmHWM) is within 16 MiB of what it was before.
+  hwm=$(serve_status VmHWM)
+  ((hwm < rss + 16384)) || fail "peak VmHWM $hwm kB; VmRSS $rss kB before"
+  run -0 http_get "$SERVE_URL"
+  [[ -n $(sample_value rkit_node_cpus <<<"$output") ]]
+}
+
+@test "serve: 8 clients sending a byte every 0.5 s hold no worker, a scrape answers in under 1 s, and each is cut 5 s after its connect" {
+  start_serve --no-queue
+  sockets=$(serve_sockets)  # its listener
+  attack_slow "$SERVE_PORT" 8 12 "$BATS_TEST_TMPDIR/slow.ready" >"$BATS_TEST_TMPDIR/slow.out" 3>&- &
+  SLOW_PID=$!
+  wait_until 10 test -e "$BATS_TEST_TMPDIR/slow.ready"
+  wait_until 10 serve_has_sockets $((sockets + 8))
+  for _ in 1 2 3; do
+    run -0 timed_scrape "$SERVE_URL"
+    [[ $output =~ ^200\ ([0-9.]+)$ ]] || fail "$output"
+    awk -v t="${BASH_REMATCH[1]}" 'BEGIN { exit !(t < 1) }' || fail "a scrape took ${BASH_REMATCH[1]} s beside 8 slow clients"
+  done
+  wait "$SLOW_PID"
+  SLOW_PID=
+  # Each was closed at its deadline, 5 s after its connect, without an answer; a timeout
+  # per read (5 s) would never have come, with a byte every 0.5 s.
+  run cat "$BATS_TEST_TMPDIR/slow.out"
+  [[ $output =~ ^closed=8\ answered=0\ first=([0-9.]+)\ last=([0-9.]+)$ ]] || fail "$output"
+  awk -v a="${BASH_REMATCH[1]}" -v b="${BASH_REMATCH[2]}" 'BEGIN { exit !(a >= 4.5 && b < 7) }' || fail "$output"
+}
+
+@test "serve: a flood of 300 silent connections: the oldest beyond 256 are closed at once with a 503, a scrape still answers, no thread is added" {
+  start_serve --no-queue
+  threads=$(serve_status Threads)
+  run -0 attack_flood "$SERVE_PORT" 300
+  [[ $output =~ ^refused=([0-9]+)\ busy=([0-9]+)\ scrape=200\ scrape_s=([0-9.]+)\ left=([0-9]+)\ threads=([0-9]+)$ ]] ||
+    fail "$output"
+  ((BASH_REMATCH[1] == 44 && BASH_REMATCH[2] == 44 && BASH_REMATCH[4] == 256)) || fail "$output"
+  awk -v t="${BASH_REMATCH[3]}" 'BEGIN { exit !(t < 1) }' || fail "the scrape took ${BASH_REMATCH[3]} s: $output"
+  assert_equal "${BASH_REMATCH[5]}" "$threads"
+  # The clients gone, it holds its listener only, and serves as before.
+  wait_until 10 eval '(($(serve_sockets) == 1))'
+  run -0 http_get "$SERVE_URL"
+}
+
+@test "serve listens only on the address --listen names, and rsub inherits none of its sockets" {
+  export RKIT_RSUB=$BATS_TEST_TMPDIR/rsub-that-lists-its-fds
+  printf '#!/bin/sh\nls -l /proc/$$/fd >"%s/rsub-fds"\n' "$BATS_TEST_TMPDIR" >"$RKIT_RSUB"
+  chmod +x "$RKIT_RSUB"
+  SERVE_LISTEN=127.0.0.2:0 start_serve --no-nvml -q
+  assert_equal "$SERVE_URL" "http://127.0.0.2:$SERVE_PORT/metrics"
+  # /proc/net/tcp: one listener on the port (state 0A), at 127.0.0.2 only.
+  tables=(/proc/net/tcp)
+  [[ ! -e /proc/net/tcp6 ]] || tables+=(/proc/net/tcp6)
+  run awk -v p="$(printf '%04X' "$SERVE_PORT")" '$4 == "0A" && $2 ~ ":" p "$" { print $2 }' "${tables[@]}"
+  assert_output "0200007F:$(printf '%04X' "$SERVE_PORT")"
+  run -0 http_get "$SERVE_URL"
+  run python3 -c "import socket; socket.create_connection(('127.0.0.1', $SERVE_PORT), timeout=5)"
+  assert_failure
+  assert_output --partial ConnectionRefusedError
+  # The scrape ran the stand-in rsub: it had no socket of the server's (a daemon it
+  # started would otherwise hold the port after rtop ends).
+  [[ -s $BATS_TEST_TMPDIR/rsub-fds ]]
+  run grep -c 'socket:' "$BATS_TEST_TMPDIR/rsub-fds"
+  assert_output 0
 }
