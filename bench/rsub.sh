@@ -23,12 +23,13 @@ export RKIT_STATE_DIR=$tmp/state RKIT_CONFIG=$tmp/rsub.toml
 mkdir -p "$RKIT_STATE_DIR" "$tmp/work"
 printf '[local]\ncpus = %d\ngpus = 0\n' "$(nproc)" >"$RKIT_CONFIG"  # Slurm's node has nproc CPUs too
 cleanup() {
-  local pid_file=$tmp/state/rsub/daemon.pid pid i  # the big store below has no daemon
-  if [[ -s $pid_file ]]; then  # not our child: wait for it by polling
+  local pid_file pid i
+  for pid_file in "$tmp"/state/rsub/daemon.pid "$tmp"/big/rsub/daemon.pid; do  # the small and the big store's
+    [[ -s $pid_file ]] || continue  # not our child: wait for it by polling
     pid=$(<"$pid_file")
     kill "$pid" 2>/dev/null || true
     for ((i = 0; i < 100; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-  fi
+  done
   "$slurm_sh" stop "$slurm_dir" || true
   rm -rf "$tmp" "$slurm_dir"
 }
@@ -84,7 +85,7 @@ jq -n -c --argjson r "$(ms "$(median <"$tmp/rsub.times")")" --argjson a "$(ms "$
   --argjson f "$(ms "$(median <"$tmp/floor.times")")" --argjson n "$calls" '
   { kind: "value", name: "rsub_submit_latency_vs_sbatch", command: "rsub -- true",
     anchor: "sbatch --parsable --wrap true", unit: "ratio", runs: $n,
-    rkit_value: $r, anchor_value: $a, value: ($r / $a), goal_max: 0.2,
+    rkit_value: $r, anchor_value: $a, value: ($r / $a), goal_max: 0.5,
     values_unit: "ms", timer_floor_ms: $f }'
 
 # --- 2000 one-core jobs, first submit to all COMPLETED ----------------------------------------
@@ -102,12 +103,21 @@ start=$EPOCHREALTIME
 submit 0 "$jobs" "$tmp/rsub_jobs" "$rsub" -- true
 rsub_wait "$tmp/rsub_jobs.ids"
 rsub_secs=$(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN {print b - a}')
-jq -n -c --argjson r "$rsub_secs" --argjson a "$slurm_secs" --argjson n "$jobs" '
+# Each job ran in a cgroup of its own when the daemon could make them (root): the
+# record then has what the cgroup measured.
+cgroups=$("$rsub" show "$(tail -n 1 "$tmp/rsub_jobs.ids")" --json | jq '.cpu_used_s != null')
+jq -n -c --argjson r "$rsub_secs" --argjson a "$slurm_secs" --argjson n "$jobs" --argjson cg "$cgroups" '
   { kind: "value", name: "rsub_\($n)_jobs_vs_slurm",
     command: "\($n) x rsub -- true, then rsub wait <ids>",
     anchor: "\($n) x sbatch --parsable -n1 -c1 --wrap true, then squeue every 0.5 s until empty",
-    unit: "ratio", runs: 1, rkit_value: $r, anchor_value: $a, value: ($r / $a), goal_max: 1.0,
-    values_unit: "s" }'
+    unit: "ratio", runs: 1, rkit_value: $r, anchor_value: $a, value: ($r / $a), goal_max: 0.01,
+    values_unit: "s", cgroups: $cg }'
+if [[ $(id -u) -eq 0 ]]; then
+  "$rsub" _bench-cgroup 200 | jq -c '{ kind: "value", name: "rsub_job_cgroup_ms",
+    command: "rsub _bench-cgroup 200 (create with 1 core, 1 GiB, pids; a child enters; kill, measure, remove)",
+    anchor: "the issue'"'"'s limit", unit: "ms", runs: .jobs, value: .median_ms, max_ms: .max_ms,
+    cgroup_version: .version, goal_max: 5 }'
+fi
 
 # --- rsub on its own: a scheduling pass over 10,000 pending jobs, ls --json over 100,000 ---------
 # A separate store, filled directly (rsub _bench-fill: one transaction) on a [local] machine of
@@ -116,12 +126,11 @@ jq -n -c --argjson r "$rsub_secs" --argjson a "$slurm_secs" --argjson n "$jobs" 
 # daemon makes it: read what changed, schedule (pass_ms). Median of 9 runs each.
 export RKIT_STATE_DIR=$tmp/big RKIT_CONFIG=$tmp/big.toml
 printf '[local]\ncpus = 64\ngpus = 8\n' >"$RKIT_CONFIG"
-"$rsub" _bench-fill 10000 50
+"$rsub" _bench-fill 100000 1000
 for ((i = 0; i < 9; i++)); do "$rsub" _bench-pass; done >"$tmp/pass.jsonl"
-jq -s -c '{ kind: "value", name: "rsub_sched_pass_10k", command: "rsub _bench-pass (10,000 pending jobs of 50 tenants; 64 cores, 8 GPUs)",
+jq -s -c '{ kind: "value", name: "rsub_sched_pass_100k", command: "rsub _bench-pass (100,000 pending jobs of 1,000 tenants; 64 cores, 8 GPUs)",
   anchor: "the issue'"'"'s limit", unit: "ms", runs: length, value: (map(.pass_ms) | sort | .[length / 2 | floor]),
-  load_ms: (map(.load_ms) | sort | .[length / 2 | floor]), goal_max: 50 }' "$tmp/pass.jsonl"
-"$rsub" _bench-fill 90000 50
+  load_ms: (map(.load_ms) | sort | .[length / 2 | floor]), goal_max: 100 }' "$tmp/pass.jsonl"
 for ((i = 0; i < 9; i++)); do
   start=$EPOCHREALTIME
   "$rsub" ls --all --json >/dev/null

@@ -48,6 +48,7 @@ complete -c rsub -n '__fish_seen_subcommand_from ls' -l all -s a -d 'Include fin
 complete -c rsub -n '__fish_seen_subcommand_from ls' -l tenant -x -d 'Only this tenant\'s jobs'
 complete -c rsub -n '__fish_seen_subcommand_from ls' -l user -s u -x -d 'Only this user\'s jobs'
 complete -c rsub -n '__fish_seen_subcommand_from ls' -l state -x -d 'Only jobs in this state (PENDING, RUNNING, COMPLETED, ...)'
+complete -c rsub -n '__fish_seen_subcommand_from ls' -l cached -d 'Remote jobs as last read: do not ask their backends now'
 complete -c rsub -n '__fish_seen_subcommand_from show' -F
 complete -c rsub -n '__fish_seen_subcommand_from logs' -l follow -s f -d 'Keep printing until the job ends'
 complete -c rsub -n '__fish_seen_subcommand_from logs' -l task -x -d 'Task number (default 0)'

@@ -39,14 +39,16 @@ procs_in() {
   jq -e -s 'length > 0 and all(.schema == "rkit.bench.v1" and .correct)' bench.jsonl
   jq -e -s 'length >= 2 and all(.schema == "rkit.sample.v1")' samples.jsonl
   for step in 100 200 300; do rckpt verify "ckpt/step-$step.rkpt"; done
-  run env RKIT_STATE_DIR="$RKIT_DEMO_DIR/state" RKIT_CONFIG="$RKIT_DEMO_DIR/rkit.toml" rsub ls --all --json
-  echo "$output" | jq -e -s 'length == 1 and .[0].state == "COMPLETED" and .[0].project == "demo"'
   # The scheduler's daemon ended (it removes its pid file, and its lock is free), and no
   # process is left working in the demo's directory (the sampler, the job, the trainers).
   assert_file_not_exists state/rsub/daemon.pid
   flock -n state/rsub/daemon.lock true
   cd "$BATS_TEST_TMPDIR"  # this test's own shell must not count
   assert_equal "$(procs_in "$RKIT_DEMO_DIR")" ""
+  # The job's record, from a daemon started for the question and stopped after it.
+  run env RKIT_STATE_DIR="$RKIT_DEMO_DIR/state" RKIT_CONFIG="$RKIT_DEMO_DIR/rkit.toml" rsub ls --all --json
+  RKIT_STATE_DIR=$RKIT_DEMO_DIR/state stop_rsub
+  echo "$output" | jq -e -s 'length == 1 and .[0].state == "COMPLETED" and .[0].project == "demo"'
 }
 
 @test "an interrupted demo cancels its job and leaves no process behind" {
@@ -63,6 +65,7 @@ procs_in() {
   for _ in $(seq 100); do [[ -z $(procs_in "$RKIT_DEMO_DIR") ]] && break; sleep 0.1; done
   assert_equal "$(procs_in "$RKIT_DEMO_DIR")" ""
   run env RKIT_STATE_DIR="$RKIT_DEMO_DIR/state" RKIT_CONFIG="$RKIT_DEMO_DIR/rkit.toml" rsub ls --all --json
+  RKIT_STATE_DIR=$RKIT_DEMO_DIR/state stop_rsub
   echo "$output" | jq -e -s 'length == 1 and .[0].state == "CANCELLED"'
 }
 

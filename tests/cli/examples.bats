@@ -37,10 +37,19 @@ site_config() {
   cp "$RKIT_ROOT/examples/prices.toml" site/
   sed -E 's/^#([^[:space:]#!])/\1/' "$EXAMPLE" >site/rkit.toml
   sed -i -E -e "s|^state_dir = .*|state_dir = \"$RKIT_STATE_DIR/rsub\"|" \
+    -e "s|^socket = .*|socket = \"$BATS_TEST_TMPDIR/run/rsub.sock\"|" \
     -e "s|^bin_dir = .*|bin_dir = \"$BATS_TEST_TMPDIR/stub\"|" \
     -e "s|^kubectl = .*|kubectl = \"$BATS_TEST_TMPDIR/stub/kubectl\"|" site/rkit.toml
-  for k in state_dir bin_dir kubectl; do grep -q "^$k = \"$BATS_TEST_TMPDIR/" site/rkit.toml; done
+  for k in state_dir socket bin_dir kubectl; do grep -q "^$k = \"$BATS_TEST_TMPDIR/" site/rkit.toml; done
   SITE=$BATS_TEST_TMPDIR/site/rkit.toml
+}
+
+# site_daemon: the site's shared rsub daemon (its socket is rsub.socket), as its service
+# manager would run it; teardown's stop_rsub ends it by pid.
+site_daemon() {
+  rsub --config "$SITE" daemon --foreground >"$BATS_TEST_TMPDIR/site-daemon.log" 2>&1 &
+  for _ in $(seq 100); do [[ -S $BATS_TEST_TMPDIR/run/rsub.sock ]] && break; sleep 0.05; done
+  [[ -S $BATS_TEST_TMPDIR/run/rsub.sock ]]
 }
 
 # toml_json FILE: the TOML file as JSON (Python's own TOML parser, not the tools').
@@ -138,8 +147,10 @@ rsub.backends.NAME.queues
 rsub.backends.NAME.refresh
 rsub.backends.NAME.slurm_conf
 rsub.backends.NAME.submit_retry
+rsub.daemon_user
 rsub.default_time_limit
 rsub.kill_grace
+rsub.limits.max_pids_per_job
 rsub.limits.max_running_jobs_per_user
 rsub.policy
 rsub.priority.gpu_weight
@@ -148,11 +159,14 @@ rsub.priority.max_age
 rsub.priority.weight_age
 rsub.priority.weight_fairshare
 rsub.priority.weight_priority
+rsub.socket
 rsub.state_dir
+rsub.tenants.NAME.groups
 rsub.tenants.NAME.max_cpus
 rsub.tenants.NAME.max_gpus
 rsub.tenants.NAME.max_job_cost
 rsub.tenants.NAME.shares
+rsub.tenants.NAME.users
 rsub.users.USER
 rtop.policy"
   # Both kinds of backend are there, each with only keys of its kind (else rsub exits 78).
@@ -161,6 +175,7 @@ rtop.policy"
 
 @test "examples/rkit.toml with its site examples uncommented is accepted, and asks neither Slurm nor kubectl to print a job" {
   site_config
+  site_daemon
   # What Slurm would get, without calling it: the backend's partition, QOS, account and log folder.
   run -0 rsub --config "$SITE" submit "$RKIT_ROOT/examples/jobs/sim.toml" -t desk-a -b slurm --dry-run
   assert_line '#!/bin/sh'
@@ -199,6 +214,7 @@ rtop.policy"
 
 @test "every key of examples/rkit.toml is read: its tool exits 78 on a value of the wrong type there" {
   site_config
+  site_daemon
   # As it is, each command accepts it: a 78 below is the one line's doing.
   run -0 rtop --config "$SITE" --synthetic "$TOPO" place --ranks 1
   run -0 rcost --config "$SITE" report --json - </dev/null

@@ -42,6 +42,10 @@ on_exit_codes = [75]
 SPEC
 }
 
+teardown() {
+  stop_rsub
+}
+
 # The YAML documents on stdin as JSON, one per line.
 documents() { python3 -c 'import sys, yaml, json; [print(json.dumps(d)) for d in yaml.safe_load_all(sys.stdin)]'; }
 

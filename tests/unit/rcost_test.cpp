@@ -312,6 +312,31 @@ TEST(RcostReport, SamplesSplitCapacityIntoUsedIdleAndUnallocated) {
   EXPECT_DOUBLE_EQ(r.total.total_cost(), r.total.cost + r.gpu.unallocated_cost + r.cpu.unallocated_cost);
 }
 
+TEST(RcostReport, CpuTimeItsCgroupMeasuredBeatsTheHostsSamples) {
+  // Job 2 held one core for 1 h, where the host's samples say 0.5 busy; its cgroup
+  // measured 900 CPU seconds: 0.25 of a core.
+  Files f;
+  std::string text = job_line(2, "b", kDay0, kDay0 + 3600, 0, 1, R"(,"host":"h","cpu_used_s":900)") + "\n";
+  text += job_line(3, "c", kDay0, kDay0 + 3600, 0, 1, R"(,"host":"h","cpu_used_s":null)") + "\n";
+  text += fmt::format(R"({{"schema":"rkit.sample.v1","host":"h","time_unix_s":{},"interval_s":3600,"cpu_util":0.5,)"
+                      R"("cpu_util_per_cpu":[0.5,0.5],"memory_total_bytes":0,"gpus":[]}})" "\n",
+                      kDay0 + 3600);
+  const Dataset d = read_inputs({f.file("in.jsonl", text)}, ReadOptions{});
+  ReportOptions opt;
+  opt.since = kDay0;
+  opt.until = kDay0 + 3600;
+  opt.prices = &f.sheet;
+  const Report r = make_report(d, opt);
+  EXPECT_DOUBLE_EQ(r.cpu.used, 0.25 + 0.5);  // job 3 (null: not measured) keeps the samples' 0.5
+  ASSERT_GE(r.rows.size(), 2u);
+  EXPECT_DOUBLE_EQ(r.rows[0].core_used_hours, 0.25);
+  EXPECT_DOUBLE_EQ(r.rows[1].core_used_hours, 0.5);
+  EXPECT_EQ(error_of([&] { read_inputs({f.file("bad.jsonl", job_line(4, "d", kDay0, kDay0 + 1, 0, 1,
+                                                                       R"(,"cpu_used_s":"lots")") + "\n")},
+                                        ReadOptions{.strict = true}); }).code(),
+            Exit::DataErr);
+}
+
 TEST(RcostReport, IdleCostIsSharedByCostOrEvenly) {
   Sampled s;
   const Report w = s.report(ShareIdle::Weighted);

@@ -205,7 +205,7 @@ TEST(RsubSlurmState, NamesMapToRsubStates) {
       {"RUNNING", JobState::Running},       {"COMPLETING", JobState::Running},
       {"CONFIGURING", JobState::Running},   {"SUSPENDED", JobState::Running},
       {"COMPLETED", JobState::Completed},   {"FAILED", JobState::Failed},
-      {"OUT_OF_MEMORY", JobState::Failed},  {"PREEMPTED", JobState::Failed},
+      {"OUT_OF_MEMORY", JobState::OutOfMemory},  {"PREEMPTED", JobState::Failed},
       {"BOOT_FAIL", JobState::Failed},      {"DEADLINE", JobState::Failed},
       {"TIMEOUT", JobState::Timeout},       {"CANCELLED", JobState::Cancelled},
       {"CANCELLED by 0", JobState::Cancelled}, {"CANCELLED by 1000", JobState::Cancelled},

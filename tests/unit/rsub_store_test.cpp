@@ -116,6 +116,30 @@ TEST(RsubStore, ACancelledJobIsNeverRetried) {
   EXPECT_EQ(store.job(id)->reason, "cancelled by alice");
 }
 
+TEST(RsubStore, AnOutOfMemoryEndIsFinalAndKeepsWhatTheCgroupMeasured) {
+  testing::TempDir dir;
+  Store store(dir.path());
+  JobSpec spec = simple();
+  spec.retry = RetryPolicy{3, {}, {9}, 1};  // SIGKILL retries, an OOM kill does not
+  const auto id = store.submit(spec, kAlice, 100).front();
+  ASSERT_TRUE(store.start_attempt(id, {TaskAlloc{}}, "h", 100));
+  AttemptEnd end;
+  end.how = AttemptEnd::How::OutOfMemory;
+  end.signal = 9;
+  end.end_s = 110;
+  end.cpu_s = 1.5;
+  end.peak_memory_bytes = 20u << 20;
+  EXPECT_EQ(store.end_attempt(id, 1, end), JobState::OutOfMemory);
+  const JobRecord j = *store.job(id);
+  EXPECT_EQ(state_name(j.state), "OUT_OF_MEMORY");
+  EXPECT_EQ(j.reason.rfind("OutOfMemory", 0), 0u) << j.reason;
+  EXPECT_EQ(j.cpu_s, 1.5);
+  EXPECT_EQ(j.peak_memory_bytes, 20 << 20);
+  const Json rec = j.to_json();
+  EXPECT_EQ(rec["cpu_used_s"], 1.5);
+  EXPECT_EQ(rec["memory_peak_bytes"], 20 << 20);
+}
+
 TEST(RsubStore, AfterAttemptMapsEndsToStates) {
   JobSpec spec = simple();
   using How = AttemptEnd::How;
@@ -269,7 +293,7 @@ TEST(RsubStoreRemote, Version1StoreIsMigrated) {
     EXPECT_EQ(store.resolve("slurm:77").at(0).id, 2);
     EXPECT_EQ(store.jobs(all_jobs()).size(), 2u);
   }
-  EXPECT_EQ(user_version(dir.path()), 2);
+  EXPECT_EQ(user_version(dir.path()), 3);
   Store again(dir.path());  // a second open does not migrate again
   EXPECT_EQ(again.job(2)->backend, "slurm");
   EXPECT_EQ(again.job(1)->backend, "local");
@@ -278,10 +302,28 @@ TEST(RsubStoreRemote, Version1StoreIsMigrated) {
 TEST(RsubStoreRemote, NewerSchemaIsRefused) {
   testing::TempDir dir;
   Store(dir.path()).job(1);
-  sql(dir.path(), "PRAGMA user_version=3");
+  sql(dir.path(), "PRAGMA user_version=4");
   const Error e = testing::error_of([&] { Store store(dir.path()); });
   EXPECT_EQ(e.code(), Exit::DataErr);
-  EXPECT_NE(std::string(e.what()).find("schema version 3"), std::string::npos) << e.what();
+  EXPECT_NE(std::string(e.what()).find("schema version 4"), std::string::npos) << e.what();
+}
+
+// A version 2 store (before the captured environment and the cgroup's measures) gains
+// their columns; its jobs read as before, with neither.
+TEST(RsubStoreRemote, Version2StoreIsMigrated) {
+  testing::TempDir dir;
+  {
+    Store store(dir.path());
+    store.submit(simple("old"), kAlice, 100);
+  }
+  sql(dir.path(), "ALTER TABLE jobs DROP COLUMN environ; ALTER TABLE jobs DROP COLUMN cpu_s; "
+                  "ALTER TABLE jobs DROP COLUMN peak_memory_bytes; PRAGMA user_version=2");
+  Store store(dir.path());
+  EXPECT_EQ(user_version(dir.path()), 3);
+  EXPECT_FALSE(store.environment(1));
+  EXPECT_FALSE(store.job(1)->cpu_s);
+  const auto ids = store.submit(simple("new"), kAlice, 200, {"PATH=/bin", "HOME=/home/alice"});
+  EXPECT_EQ(*store.environment(ids.front()), (std::vector<std::string>{"PATH=/bin", "HOME=/home/alice"}));
 }
 
 // Clients of a new rsub that open a version 1 store at the same moment: one migrates,
@@ -312,7 +354,7 @@ TEST(RsubStoreRemote, ConcurrentFirstOpensOfAVersion1StoreAllSucceed) {
   sqlite3_close(db);
   for (auto& t : threads) t.join();
   for (const auto& e : errors) EXPECT_EQ(e, "");
-  EXPECT_EQ(user_version(dir.path()), 2);
+  EXPECT_EQ(user_version(dir.path()), 3);
 }
 
 TEST(RsubStoreRemote, DaemonIgnoresRemoteJobs) {

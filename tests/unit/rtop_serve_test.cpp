@@ -361,18 +361,6 @@ TEST(RtopServe, BadRecordsAreDataErrors) {
 
 // --- options -----------------------------------------------------------------------------------
 
-TEST(RtopServe, RsubGetsTheConfiguredStateDirAndNothingElse) {
-  testing::TempDir dir;
-  testing::write(dir.file("none.toml"), "[rsub.backends.slurm]\nkind = \"slurm\"\n");
-  EXPECT_EQ(rsub_config_text(load_config(dir.file("none.toml"))), "");
-  const std::string odd = dir.path() + "/st\"ate\\dir";
-  testing::write(dir.file("set.toml"), "[rsub]\nstate_dir = '" + odd + "'\n[rsub.backends.slurm]\nkind = \"slurm\"\n");
-  const std::string text = rsub_config_text(load_config(dir.file("set.toml")));
-  toml::table back = parse_toml(text, "generated", Exit::Software);
-  EXPECT_EQ(back.at_path("rsub.state_dir").value<std::string>(), odd) << text;
-  EXPECT_FALSE(back.at_path("rsub.backends")) << text;
-}
-
 TEST(RtopServe, PricesFromTheFlagElseTheConfigRelativeToIt) {
   testing::TempDir dir;
   ::mkdir(dir.file("etc").c_str(), 0755);
@@ -413,7 +401,7 @@ ServeOptions exporter_options(const std::string& rsub) {
   ServeOptions o;
   o.use_nvml = false;
   o.rsub_program = rsub;
-  o.rsub_config = "[rsub]\nstate_dir = \"/somewhere\"\n";
+  o.rsub_config = "/somewhere/rkit.toml";
   o.queue_timeout_s = 2;
   o.quiet = true;
   o.cpu_window_s = 0.05;
@@ -429,8 +417,7 @@ TEST(RtopServe, ExporterReadsTheQueueThroughRsubLs) {
   o.prices = sheet();
   Exporter exporter(o);
   const std::string text = exporter.scrape();
-  EXPECT_EQ(testing::slurp(dir.file("args")), "--config\n/dev/stdin\n-q\nls\n--json\n");
-  EXPECT_EQ(testing::slurp(dir.file("stdin")), o.rsub_config);
+  EXPECT_EQ(testing::slurp(dir.file("args")), "--config\n/somewhere/rkit.toml\n-q\nls\n--json\n--cached\n");
   EXPECT_TRUE(has_line(text, "rkit_queue_up 1")) << text;
   EXPECT_TRUE(has_line(text, R"(rkit_queue_jobs{tenant="desk-a",state="pending"} 2)")) << text;
   EXPECT_TRUE(has_line(text, R"(rkit_scrape_errors_total{source="queue"} 0)")) << text;

@@ -23,7 +23,7 @@ bool is(std::string_view key, const char (&name)[N]) {
 
 // The rkit.job.v1 fields rcost reads.
 enum class JobField { Other, Id, Backend, Tenant, User, Project, GpuType, Host, State, Tasks, MemoryPerTask, Cpus, Gpus,
-                      Submit, Start, End, Alloc };
+                      Submit, Start, End, Alloc, CpuUsed };
 
 JobField job_field(std::string_view k) {
   switch (k.size()) {
@@ -35,7 +35,7 @@ JobField job_field(std::string_view k) {
     case 6: return is(k, "tenant") ? JobField::Tenant : JobField::Other;
     case 7: return is(k, "backend") ? JobField::Backend : is(k, "project") ? JobField::Project : JobField::Other;
     case 8: return is(k, "gpu_type") ? JobField::GpuType : JobField::Other;
-    case 10: return is(k, "end_unix_s") ? JobField::End : JobField::Other;
+    case 10: return is(k, "end_unix_s") ? JobField::End : is(k, "cpu_used_s") ? JobField::CpuUsed : JobField::Other;
     case 12: return is(k, "start_unix_s") ? JobField::Start : JobField::Other;
     case 13: return is(k, "submit_unix_s") ? JobField::Submit : JobField::Other;
     case 21: return is(k, "memory_per_task_bytes") ? JobField::MemoryPerTask : JobField::Other;
@@ -267,6 +267,9 @@ class ChunkParser {
           break;
         case JobField::Alloc:
           if (!alloc(v, j)) return false;
+          break;
+        case JobField::CpuUsed:
+          if (!number_or_null(v, key, j.cpu_used_s)) return false;
           break;
         case JobField::Other:
           break;

@@ -48,6 +48,7 @@ struct Job {
   std::uint32_t tenant = 0, user = 0, project = 0, gpu_type = 0, backend = 0, node = 0, partition = 0, state = 0;
   double submit = kNone, eligible = kNone, start = kNone, end = kNone;
   double cpus = 0, gpus = 0, memory_bytes = 0;
+  double cpu_used_s = kNone;  // CPU seconds its cgroup measured (rkit.job.v1 cpu_used_s), when known
   // Which CPUs (PUs) and GPUs of `node` it held, when the record says (local jobs):
   // offsets into Dataset::units; count 0 when unknown.
   std::uint32_t pus_at = 0, pus_count = 0, gpus_at = 0, gpus_count = 0;

@@ -498,6 +498,10 @@ class Builder {
             }
             uc *= j.cpus / j.pus_count;  // cores held per PU listed
           }
+          // What the job's cgroup measured beats what its host's samples suggest: the
+          // job's own mean cores over its run.
+          if (known(j.cpu_used_s) && known(j.start) && known(j.end) && j.end > j.start)
+            uc = j.cpu_used_s / (j.end - j.start);
           const double held_g = j.gpus * len * fg, used_g = std::min(ug, j.gpus) * len * fg;
           const double held_c = j.cpus * len * fc, used_c = std::min(uc, j.cpus) * len * fc;
           row.gpu_sampled_hours += held_g / 3600;

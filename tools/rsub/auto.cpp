@@ -82,7 +82,8 @@ Placement place_job(Context& ctx, const JobSpec& spec) {
   std::optional<PriceSheet> prices;
   if (!ctx.settings.prices_path.empty()) {
     std::filesystem::path path = ctx.settings.prices_path;
-    if (path.is_relative() && !ctx.config_path.empty()) path = std::filesystem::path(ctx.config_path).parent_path() / path;
+    if (path.is_relative() && !ctx.settings.config_path.empty())
+      path = std::filesystem::path(ctx.settings.config_path).parent_path() / path;
     prices = load_prices(path.string());
   }
   const auto limit = ctx.settings.max_job_cost.find(spec.tenant);

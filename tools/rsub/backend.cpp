@@ -3,6 +3,7 @@
 #include "backend.hpp"
 
 #include <fmt/format.h>
+#include <pwd.h>
 
 #include <chrono>
 #include <thread>
@@ -32,6 +33,14 @@ RunResult run_backend_command(const BackendCall& how, std::vector<std::string> a
                               double retry_s) {
   SpawnOptions o;
   const std::string program = argv.front();
+  if (how.run_as_uid) {
+    passwd pw{}, *found = nullptr;  // the daemon's request threads: the reentrant lookup
+    char buf[4096];
+    if (::getpwuid_r(*how.run_as_uid, &pw, buf, sizeof buf, &found) != 0 || !found)
+      throw Error(Exit::NoPerm, fmt::format("{}: uid {} has no user name", how.who, *how.run_as_uid));
+    argv.insert(argv.begin(), {"setpriv", fmt::format("--reuid={}", found->pw_uid),
+                               fmt::format("--regid={}", found->pw_gid), "--init-groups", "--"});
+  }
   o.argv = std::move(argv);
   o.env = env;
   o.in = input.empty() ? Redirect::null() : Redirect::pipe();

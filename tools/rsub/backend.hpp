@@ -42,6 +42,10 @@ struct BackendConfig {
   std::string log_dir;          // task output, on a filesystem the nodes share ("" → <state>/rsub/logs/NAME)
   double refresh_s = 2;         // job states are read at most this often
   double submit_retry_s = 20;   // how long transient submission errors are retried
+  // Whose commands they are: a root daemon submits and controls a user's jobs as that
+  // user (through setpriv), so that the backend authenticates them, not root. Unset: as
+  // the daemon's user.
+  std::optional<std::uint32_t> run_as_uid;
   std::optional<double> assumed_wait_s;  // for --backend auto, where the backend gives no estimate
   // Slurm
   std::string slurm_conf;       // SLURM_CONF for its commands ("" → Slurm's default)
@@ -120,6 +124,7 @@ struct BackendCall {
   std::string who;   // "slurm backend \"dc1\""
   std::string peer;  // "Slurm", "the API server"
   std::function<bool(const std::string& err)> unreachable;
+  std::optional<std::uint32_t> run_as_uid;  // BackendConfig::run_as_uid
 };
 RunResult run_backend_command(const BackendCall& how, std::vector<std::string> argv,
                               const std::vector<std::pair<std::string, std::string>>& env, const std::string& input,

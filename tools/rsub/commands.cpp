@@ -1,8 +1,12 @@
 // File: rsub/commands.cpp — the bodies of rsub's commands (commands.hpp).
 #include "commands.hpp"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <grp.h>
 #include <pwd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,6 +17,7 @@
 #include <map>
 #include <thread>
 
+#include "rkit/cgroup.hpp"
 #include "rkit/cli.hpp"
 #include "rkit/error.hpp"
 #include "rkit/file.hpp"
@@ -40,16 +45,60 @@ std::vector<JobRecord> resolve_all(Store& store, const std::vector<std::string>&
   return out;
 }
 
-bool is_admin(const Context& ctx) {
-  return ctx.me.uid == 0 ||
-         std::find(ctx.settings.admins.begin(), ctx.settings.admins.end(), ctx.me.user) != ctx.settings.admins.end();
+// The job is the caller's, or the caller is an admin; else Error(NoPerm) saying what
+// only they may do ("cancel it", "read its output").
+void check_owner(const Context& ctx, const JobRecord& j, std::string_view what) {
+  if (j.uid != ctx.me.uid && !is_admin(ctx))
+    throw Error(Exit::NoPerm, fmt::format("job {} belongs to {}: only its user or an admin can {}", j.display_id(),
+                                          j.user, what),
+                "admins are listed in rsub.admins");
+}
+
+// Whether the caller may charge `tenant`: its default tenant, a tenant whose users or
+// groups name it, or any tenant for an admin and for the owner of a personal daemon
+// (whose store holds nobody else's jobs).
+bool may_use_tenant(const Context& ctx, const std::string& tenant, const std::string& default_tenant) {
+  if (tenant == default_tenant || is_admin(ctx) || !ctx.settings.shared()) return true;
+  const auto it = ctx.settings.tenant_access.find(tenant);
+  if (it == ctx.settings.tenant_access.end()) return false;
+  const TenantAccess& a = it->second;
+  if (std::find(a.users.begin(), a.users.end(), ctx.me.user) != a.users.end()) return true;
+  std::vector<char> buf(1 << 16);
+  for (gid_t g : ctx.groups) {  // request threads: the reentrant lookup
+    group gr{}, *found = nullptr;
+    if (::getgrgid_r(g, &gr, buf.data(), buf.size(), &found) == 0 && found &&
+        std::find(a.groups.begin(), a.groups.end(), found->gr_name) != a.groups.end())
+      return true;
+  }
+  return false;
+}
+
+// A job's log file, opened for reading as the daemon may safely open it: through the
+// directory's descriptor, no link followed, a regular file owned by the job's user
+// (whoever made it: a task writes its logs as its user). Error(NoInput) when absent.
+UniqueFd open_job_log(const std::string& dir, const std::string& name, std::uint32_t uid) {
+  UniqueFd d(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!d) throw system_error("open " + dir, errno);
+  UniqueFd f(::openat(d.get(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+  if (!f) throw system_error("open " + dir + "/" + name, errno);
+  struct stat st {};
+  if (::fstat(f.get(), &st) != 0) throw system_error("stat " + dir + "/" + name, errno);
+  if (!S_ISREG(st.st_mode) || (st.st_uid != uid && st.st_uid != ::geteuid()))
+    throw Error(Exit::NoPerm, fmt::format("{}/{}: not a log file of the job's user", dir, name));
+  return f;
 }
 
 void sleep_s(double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); }
 
-const BackendConfig& backend_config(const Context& ctx, const std::string& name) {
+// The backend's configuration, for acting on the caller's jobs: a root daemon runs the
+// backend's commands as the caller (BackendConfig::run_as_uid).
+BackendConfig backend_config(const Context& ctx, const std::string& name) {
   const auto it = ctx.settings.backends.find(name);
-  if (it != ctx.settings.backends.end()) return it->second;
+  if (it != ctx.settings.backends.end()) {
+    BackendConfig c = it->second;
+    if (::geteuid() == 0 && ctx.me.uid != 0) c.run_as_uid = ctx.me.uid;
+    return c;
+  }
   std::string known = "local";
   for (const auto& [n, _] : ctx.settings.backends) known += ", " + n;
   throw Error(Exit::Usage, fmt::format("backend \"{}\" is not configured (configured: {}, and auto)", name, known),
@@ -96,7 +145,7 @@ void refresh_remote(Context& ctx, Store& store, bool strict, bool force = false,
       if (!ids.empty()) store.update_remote(name, backend->query(ids));
     } catch (const Error& e) {
       if (strict) throw;
-      if (!ctx.quiet) std::cerr << fmt::format("rsub: warning: {} (showing the states last read)\n", e.what());
+      if (!ctx.quiet) *ctx.err << fmt::format("rsub: warning: {} (showing the states last read)\n", e.what());
     }
   }
 }
@@ -133,15 +182,15 @@ RemoteDeps remote_deps(Store& store, JobSpec& spec) {
 }
 
 int submit_remote(Context& ctx, JobSpec& spec, bool dry_run) {
-  const BackendConfig& config = backend_config(ctx, spec.backend);
+  const BackendConfig config = backend_config(ctx, spec.backend);
   auto backend = make_backend(config);
   Store store(ctx.settings.dir);
   const RemoteDeps deps = remote_deps(store, spec);
   const SubmitRef ref{0, ctx.me.user, store.tag()};
   if (dry_run) {
     const std::string text = backend->render(spec, deps, ref);
-    if (ctx.format == Format::Table) std::cout << text;
-    else std::cout << to_json_line(Json{{"schema", "rkit.job.submission.v1"}, {"backend", spec.backend},
+    if (ctx.format == Format::Table) *ctx.out << text;
+    else *ctx.out << to_json_line(Json{{"schema", "rkit.job.submission.v1"}, {"backend", spec.backend},
                                         {"spec", spec.to_json()}, {"submission", text}})
                    << '\n';
     return 0;
@@ -164,12 +213,12 @@ int submit_remote(Context& ctx, JobSpec& spec, bool dry_run) {
   if (ctx.format == Format::Table) {
     // Slurm names a whole array by its id (1234); a Kubernetes array is one Job per element.
     if (spec.array && remote.front().find('_') != std::string::npos)
-      std::cout << fmt::format("{}:{}\n", spec.backend, remote.front().substr(0, remote.front().find('_')));
+      *ctx.out << fmt::format("{}:{}\n", spec.backend, remote.front().substr(0, remote.front().find('_')));
     else
-      for (std::int64_t id : ids) std::cout << store.job(id)->display_id() << '\n';
+      for (std::int64_t id : ids) *ctx.out << store.job(id)->display_id() << '\n';
     return 0;
   }
-  Printer out(std::cout, ctx.format, job_columns());
+  Printer out(*ctx.out, ctx.format, job_columns());
   for (std::int64_t id : ids) out.print(store.job(id)->to_json());
   out.finish();
   return 0;
@@ -177,35 +226,43 @@ int submit_remote(Context& ctx, JobSpec& spec, bool dry_run) {
 
 }  // namespace
 
-Submitter current_user() {
+Submitter user_of(uid_t uid) {
   Submitter me;
-  me.uid = ::getuid();
-  const passwd* pw = ::getpwuid(me.uid);
-  me.user = pw ? pw->pw_name : std::to_string(me.uid);
+  me.uid = uid;
+  passwd pw{}, *found = nullptr;
+  char buf[4096];
+  me.user = ::getpwuid_r(uid, &pw, buf, sizeof buf, &found) == 0 && found ? found->pw_name : std::to_string(uid);
   return me;
 }
 
-int submit(Context& ctx, JobSpec spec, bool dry_run) {
-  if (spec.tenant.empty()) {
-    auto it = ctx.settings.tenants_of_users.find(ctx.me.user);
-    spec.tenant = it != ctx.settings.tenants_of_users.end() ? it->second : ctx.me.user;
-  }
+bool is_admin(const Context& ctx) {
+  return ctx.me.uid == 0 ||
+         std::find(ctx.settings.admins.begin(), ctx.settings.admins.end(), ctx.me.user) != ctx.settings.admins.end();
+}
+
+int submit(Context& ctx, JobSpec spec, bool dry_run, const std::vector<std::string>& environment) {
+  const auto mapped = ctx.settings.tenants_of_users.find(ctx.me.user);
+  const std::string default_tenant = mapped != ctx.settings.tenants_of_users.end() ? mapped->second : ctx.me.user;
+  if (spec.tenant.empty()) spec.tenant = default_tenant;
+  if (!may_use_tenant(ctx, spec.tenant, default_tenant))
+    throw Error(Exit::NoPerm, fmt::format("tenant {}: {} is not one of its users", spec.tenant, ctx.me.user),
+                fmt::format("your tenant is {}; rsub.tenants.{}.users and .groups say who may use it", default_tenant,
+                            spec.tenant));
+
   if (!spec.time_limit_s) spec.time_limit_s = ctx.settings.default_time_limit_s;
   if (spec.backend == "auto") {
     const Placement p = place_job(ctx, spec);
     if (dry_run && !ctx.quiet) {
-      std::cerr << fmt::format("rsub: --backend auto chose {}: {}\n", p.backend, p.reason);
-      for (const auto& line : p.considered) std::cerr << "  " << line << '\n';
+      *ctx.err << fmt::format("rsub: --backend auto chose {}: {}\n", p.backend, p.reason);
+      for (const auto& line : p.considered) *ctx.err << "  " << line << '\n';
     }
     spec.backend = p.backend;
   }
-  // The current directory, where it exists for the tasks too: not in a container image.
+  // The client's directory, where it exists for the tasks too: not in a container image.
   const bool kube = spec.backend != "local" && backend_config(ctx, spec.backend).kind == BackendKind::Kubernetes;
-  if (spec.workdir.empty() && !kube) {
-    char cwd[4096];
-    if (!::getcwd(cwd, sizeof cwd)) throw system_error("getcwd", errno);
-    spec.workdir = cwd;
-  }
+  if (spec.workdir.empty() && !kube) spec.workdir = ctx.client_cwd;
+  if (!spec.workdir.empty() && spec.workdir.front() != '/')
+    throw Error(Exit::DataErr, "workdir " + spec.workdir + ": must be an absolute path");
   if (spec.backend != "local") return submit_remote(ctx, spec, dry_run);
   if (spec.resources.nodes > 1)
     throw Error(Exit::DataErr, fmt::format("the job asks for {} nodes; the local backend is one machine",
@@ -218,7 +275,20 @@ int submit(Context& ctx, JobSpec spec, bool dry_run) {
                                            d.remote.empty() ? std::to_string(d.job) : d.remote,
                                            found.empty() ? std::string("a remote backend") : found.front().backend));
   }
-  // The daemon records what the machine has; a job that can never fit is refused now.
+  JobRecord preview;
+  preview.spec = spec;
+  preview.user = ctx.me.user;
+  preview.uid = ctx.me.uid;
+  preview.held = spec.hold;
+  preview.submit_s = now_s();
+  if (dry_run) {
+    Printer out(*ctx.out, ctx.format == Format::Table ? Format::Json : ctx.format, job_columns());
+    out.print(preview.to_json());
+    out.finish();
+    return 0;
+  }
+  // The daemon records what the machine has; a job that can never fit is refused now (a
+  // dry run prints it anyway: it stores nothing).
   if (auto cap = store.meta("capacity")) {
     const Json c = parse_json(*cap, "capacity");
     const Resources& r = spec.resources;
@@ -229,39 +299,27 @@ int submit(Context& ctx, JobSpec spec, bool dry_run) {
     if (long need = long{r.tasks} * r.cpus_per_task; need > c.value("cpus", 0L)) refuse("cores", need, c.value("cpus", 0L));
     if (long need = long{r.tasks} * r.gpus_per_task; need > c.value("gpus", 0L)) refuse("GPUs", need, c.value("gpus", 0L));
   }
-  JobRecord preview;
-  preview.spec = spec;
-  preview.user = ctx.me.user;
-  preview.uid = ctx.me.uid;
-  preview.held = spec.hold;
-  preview.submit_s = now_s();
-  if (dry_run) {
-    Printer out(std::cout, ctx.format == Format::Table ? Format::Json : ctx.format, job_columns());
-    out.print(preview.to_json());
-    out.finish();
-    return 0;
-  }
-  const std::vector<std::int64_t> ids = store.submit(spec, ctx.me, preview.submit_s);
-  ensure_daemon(ctx.exe, ctx.config_path, ctx.settings.dir);
+  const std::vector<std::int64_t> ids = store.submit(spec, ctx.me, preview.submit_s, environment);
+  ctx.wake();
   if (ctx.format == Format::Table) {
-    std::cout << ids.front() << '\n';
+    *ctx.out << ids.front() << '\n';
     return 0;
   }
-  Printer out(std::cout, ctx.format, job_columns());
+  Printer out(*ctx.out, ctx.format, job_columns());
   for (std::int64_t id : ids) out.print(store.job(id)->to_json());
   out.finish();
   return 0;
 }
 
-int list(Context& ctx, JobFilter filter) {
+int list(Context& ctx, JobFilter filter, bool cached) {
   Store store(ctx.settings.dir);
-  refresh_remote(ctx, store, false);
+  if (!cached) refresh_remote(ctx, store, false);
   filter.light = true;
   if (ctx.format == Format::Json) {  // streamed: ls --all --json over a long history
-    store.each_job(filter, [](const JobRecord& j) { std::cout << j.to_json_line() << '\n'; });
+    store.each_job(filter, [&](const JobRecord& j) { *ctx.out << j.to_json_line() << '\n'; });
     return 0;
   }
-  Printer out(std::cout, ctx.format, job_columns());
+  Printer out(*ctx.out, ctx.format, job_columns());
   store.each_job(filter, [&](const JobRecord& j) { out.print(j.to_json()); });
   out.finish();
   return 0;
@@ -271,14 +329,17 @@ int show(Context& ctx, const std::vector<std::string>& ids) {
   Store store(ctx.settings.dir);
   refresh_remote(ctx, store, false);
   for (const JobRecord& j : resolve_all(store, ids)) {
-    const Json rec = j.to_json();
+    Json rec = j.to_json();
+    // The environment the job was given is its owner's (and the admins') to read.
+    const bool mine = j.uid == ctx.me.uid || is_admin(ctx);
+    rec["env"] = mine ? Json(j.spec.env) : Json(nullptr);
     if (ctx.format != Format::Table) {
-      std::cout << to_json_line(rec) << '\n';
+      *ctx.out << to_json_line(rec) << '\n';
       continue;
     }
     for (const auto& [key, value] : rec.items())
-      if (key != "schema") std::cout << fmt::format("{:>22}: {}\n", key, Printer::cell(value, "-"));
-    std::cout << '\n';
+      if (key != "schema") *ctx.out << fmt::format("{:>22}: {}\n", key, Printer::cell(value, "-"));
+    *ctx.out << '\n';
   }
   return 0;
 }
@@ -288,24 +349,39 @@ int logs(Context& ctx, const std::string& id, bool follow, int task, bool err) {
   std::vector<JobRecord> jobs = resolve_all(store, {id});
   if (jobs.size() != 1) throw Error(Exit::Usage, fmt::format("{} is an array: name one element, as {}_N", id, id));
   const JobRecord& job = jobs.front();
+  check_owner(ctx, job, "read its output");
   if (task < 0 || task >= job.spec.resources.tasks)
     throw Error(Exit::Usage, fmt::format("--task {}: job {} has tasks 0 to {}", task, id, job.spec.resources.tasks - 1));
-  const std::string path =
-      job.backend == "local"
-          ? fmt::format("{}/logs/{}/task-{}.{}", ctx.settings.dir, job.display_id(), task, err ? "err" : "out")
-          : make_backend(backend_config(ctx, job.backend))->log_path(job, task, err);
-  std::ifstream in;
+  const std::string name = fmt::format("task-{}.{}", task, err ? "err" : "out");
+  std::string path;
+  if (job.backend != "local") {
+    const BackendConfig config = backend_config(ctx, job.backend);
+    path = make_backend(config)->log_path(job, task, err);
+  }
+  UniqueFd fd;
+  auto open_log = [&] {
+    try {
+      if (job.backend == "local")
+        fd = open_job_log(fmt::format("{}/logs/{}", ctx.settings.dir, job.display_id()), name, job.uid);
+      else
+        fd = open_job_log(path.substr(0, path.rfind('/')), path.substr(path.rfind('/') + 1), job.uid);
+    } catch (const Error& e) {
+      if (e.code() != Exit::NoInput) throw;
+    }
+  };
   std::string buf(1 << 16, '\0');
   auto drain = [&] {  // whatever the file holds beyond what was printed
-    if (!in.is_open()) in.open(path, std::ios::binary);
-    if (!in.is_open()) return;
-    in.clear();
-    while (in.read(buf.data(), static_cast<std::streamsize>(buf.size())) || in.gcount() > 0)
-      std::cout.write(buf.data(), in.gcount());
-    check_stdout();
+    if (!fd) open_log();
+    if (!fd) return;
+    for (;;) {
+      const ssize_t n = ::read(fd.get(), buf.data(), buf.size());
+      if (n <= 0) break;
+      ctx.out->write(buf.data(), n);
+    }
+    if (!ctx.out->flush()) throw Error(Exit::IoErr, "write stdout: the client went away");
   };
   drain();
-  while (follow) {
+  while (follow && !ctx.gone()) {
     if (job.backend != "local") refresh_remote(ctx, store, false);
     const auto now = store.job(job.id);
     const bool over = !now || terminal(now->state);
@@ -313,7 +389,7 @@ int logs(Context& ctx, const std::string& id, bool follow, int task, bool err) {
     drain();  // after the end too: what the last moment wrote
     if (over) break;
   }
-  if (!in.is_open() && !follow && job.state == JobState::Pending)
+  if (!fd && !follow && job.state == JobState::Pending)
     throw Error(Exit::NoInput, fmt::format("job {} has not started: no output yet", id));
   return 0;
 }
@@ -323,11 +399,7 @@ int control(Context& ctx, const std::vector<std::string>& ids, Control action) {
   const std::vector<JobRecord> jobs = resolve_all(store, ids);
   static const char* verbs[] = {"cancel", "hold", "release"};
   const char* verb = verbs[static_cast<int>(action)];
-  for (const JobRecord& j : jobs)
-    if (j.uid != ctx.me.uid && !is_admin(ctx))
-      throw Error(Exit::NoPerm, fmt::format("job {} belongs to {}: only its user or an admin can {} it", j.display_id(),
-                                            j.user, verb),
-                  "admins are listed in rsub.admins");
+  for (const JobRecord& j : jobs) check_owner(ctx, j, fmt::format("{} it", verb));
   // Remote jobs: one command per backend, then their states are read again.
   std::map<std::string, std::vector<std::string>> remote;
   for (const JobRecord& j : jobs)
@@ -345,16 +417,16 @@ int control(Context& ctx, const std::vector<std::string>& ids, Control action) {
       changed = store.cancel(j.id, ctx.me.user, now_s());
       wake = true;  // a running job's supervisor is signalled by the daemon
       if (!changed && terminal(j.state) && !ctx.quiet)
-        std::cerr << fmt::format("rsub: note: job {} already ended ({})\n", j.display_id(), state_name(j.state));
+        *ctx.err << fmt::format("rsub: note: job {} already ended ({})\n", j.display_id(), state_name(j.state));
     } else {
       changed = store.set_held(j.id, action == Control::Hold);
       wake |= changed;
       if (!changed && !ctx.quiet)
-        std::cerr << fmt::format("rsub: note: job {} is {}, not pending: nothing to {}\n", j.display_id(),
+        *ctx.err << fmt::format("rsub: note: job {} is {}, not pending: nothing to {}\n", j.display_id(),
                                  state_name(j.state), verb);
     }
   }
-  if (wake) ensure_daemon(ctx.exe, ctx.config_path, ctx.settings.dir);
+  if (wake) ctx.wake();
   return 0;
 }
 
@@ -366,6 +438,7 @@ int wait_code(const JobRecord& j) {
       return j.signal ? 128 + *j.signal : 1;
     case JobState::Timeout: return 124;
     case JobState::Cancelled: return 143;
+    case JobState::OutOfMemory: return 137;
     default: return 1;
   }
 }
@@ -395,13 +468,14 @@ int wait(Context& ctx, const std::vector<std::string>& ids, std::optional<double
         }
         const JobRecord j = *store.job(id);
         code = std::max(code, wait_code(j));
-        if (ctx.format != Format::Table) std::cout << j.to_json_line() << '\n';
+        if (ctx.format != Format::Table) *ctx.out << j.to_json_line() << '\n';
       }
       waiting = std::move(still);
       if (waiting.empty()) break;
     }
     if (now_s() > deadline)
       throw Error(Exit::TempFail, fmt::format("{} job(s) still active after --timeout", waiting.size()));
+    if (ctx.gone()) return 75;
     sleep_s(remote ? 0.5 : 0.02);
   }
   return code;
@@ -445,7 +519,7 @@ int status(Context& ctx) {
                 {"oldest_pending_s", std::isfinite(r.oldest_submit) ? Json(now - r.oldest_submit) : Json(nullptr)}};
   };
   auto age = [](const Json& v) { return v.is_null() ? std::string("-") : format_duration(std::floor(v.get<double>())); };
-  Printer out(std::cout, ctx.format,
+  Printer out(*ctx.out, ctx.format,
               {{"BACKEND", "backend"},
                {"TENANT", "tenant"},
                {"PENDING", "pending"},
@@ -456,20 +530,19 @@ int status(Context& ctx) {
   for (const auto& [key, r] : rows) out.print(record(key.first, key.second, r));
   out.print(record("*", "*", total));
   out.finish();
-  // The machine's size is what a daemon recorded: "?" until one has run.
   auto size = [&](const char* key) {
     const auto it = capacity.find(key);
     return it != capacity.end() && it->is_number() ? it->dump() : std::string("?");
   };
   if (ctx.format == Format::Table && !ctx.quiet)
-    std::cout << fmt::format("machine: {} cores, {} GPUs{}\n", size("cpus"), size("gpus"),
-                             wake_daemon(ctx.settings.dir) ? "; daemon running" : "; no daemon running");
+    *ctx.out << fmt::format("machine: {} cores, {} GPUs{}\n", size("cpus"), size("gpus"),
+                            ctx.settings.shared() ? "; shared daemon" : "");
   if (ctx.format == Format::Table && !ctx.quiet)
     for (const auto& [name, config] : ctx.settings.backends) {
       try {
-        std::cout << fmt::format("backend {}: {}\n", name, make_backend(config)->describe());
+        *ctx.out << fmt::format("backend {}: {}\n", name, make_backend(config)->describe());
       } catch (const Error& e) {
-        std::cout << fmt::format("backend {}: unreachable: {}\n", name, e.what());
+        *ctx.out << fmt::format("backend {}: unreachable: {}\n", name, e.what());
       }
     }
   return 0;
@@ -534,12 +607,12 @@ int why(Context& ctx, const std::string& id) {
     lines.push_back(job.state == JobState::Running ? "it is running" : "it has ended");
   }
   if (ctx.format != Format::Table) {
-    std::cout << to_json_line(rec) << '\n';
+    *ctx.out << to_json_line(rec) << '\n';
     return 0;
   }
-  std::cout << fmt::format("job {}: {}{}\n", job.display_id(), rec["state"].get<std::string>(),
+  *ctx.out << fmt::format("job {}: {}{}\n", job.display_id(), rec["state"].get<std::string>(),
                            rec["reason"].get<std::string>().empty() ? "" : " (" + rec["reason"].get<std::string>() + ")");
-  for (const auto& l : lines) std::cout << "  " << l << '\n';
+  for (const auto& l : lines) *ctx.out << "  " << l << '\n';
   return 0;
 }
 
@@ -559,14 +632,123 @@ int bench_fill(Context& ctx, int jobs, int tenants) {
   return 0;
 }
 
+int bench_cgroup(Context& ctx, int jobs) {
+  if (cgroup_version() == CgroupVersion::None)
+    throw Error(Exit::Unavailable, "no cgroups to measure (not root, or no cgroup hierarchy)");
+  const Machine machine = local_machine(ctx.settings);
+  CgroupLimits limits;  // what a one-core job of 1 GiB gets
+  limits.cpus = {machine.topology.cores.empty() ? 0 : machine.topology.cores.front().pus.front()};
+  limits.memory_bytes = std::uint64_t{1} << 30;
+  limits.pids_max = ctx.settings.job_pids_max;
+  std::vector<double> ms;
+  for (int i = 0; i < jobs; ++i) {
+    const auto t = std::chrono::steady_clock::now();
+    JobCgroup cg = JobCgroup::create("rkit/bench", fmt::format("job-{}.1", i), limits);
+    const pid_t pid = ::fork();
+    if (pid == 0) ::_exit(cg.enter_child() == 0 ? 0 : 126);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    cg.kill_all(std::chrono::seconds(5));
+    (void)cg.usage();
+    cg.remove();
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count());
+  }
+  for (const auto& [controller, mount] : cgroup_layout().v1) ::rmdir((mount + "/rkit/bench").c_str());
+  if (!cgroup_layout().unified.empty()) ::rmdir((cgroup_layout().unified + "/rkit/bench").c_str());
+  std::sort(ms.begin(), ms.end());
+  *ctx.out << to_json_line(Json{{"jobs", jobs}, {"median_ms", ms[ms.size() / 2]}, {"max_ms", ms.back()},
+                                {"version", cgroup_version() == CgroupVersion::V2 ? "v2" : "v1"}})
+           << '\n';
+  return 0;
+}
+
 int bench_pass(Context& ctx) {
   const PassTiming t = time_pass(ctx.settings, local_machine(ctx.settings));
-  std::cout << to_json_line(Json{{"load_ms", t.load_ms},
+  *ctx.out << to_json_line(Json{{"load_ms", t.load_ms},
                                  {"pass_ms", t.pass_ms},
                                  {"starts", t.plan.starts.size()},
                                  {"verdicts", t.plan.verdicts.size()}})
             << '\n';
   return 0;
+}
+
+}  // namespace rkit::rsub
+
+namespace rkit::rsub {
+
+namespace {
+
+// A request's fields, read strictly: a field of the wrong type is Error(DataErr).
+struct RequestReader {
+  const Json& j;
+  template <typename T>
+  T get(const char* key, T fallback) const {
+    const auto it = j.find(key);
+    if (it == j.end() || it->is_null()) return fallback;
+    try {
+      return it->get<T>();
+    } catch (const std::exception&) {
+      throw Error(Exit::DataErr, fmt::format("request: {} has the wrong type", key));
+    }
+  }
+  std::vector<std::string> ids(const char* key) const {
+    auto v = get<std::vector<std::string>>(key, {});
+    if (v.empty() || v.size() > 100000) throw Error(Exit::DataErr, fmt::format("request: {}: 1 to 100000 ids", key));
+    return v;
+  }
+};
+
+constexpr const char* kFormats[] = {"table", "json", "csv"};
+
+}  // namespace
+
+Json submit_request(const JobSpec& spec, bool dry_run, const std::vector<std::string>& environment) {
+  return Json{{"cmd", "submit"}, {"spec", spec.to_json()}, {"dry_run", dry_run}, {"environ", environment}};
+}
+
+int handle_request(Context& ctx, const Json& request) {
+  if (!request.is_object()) throw Error(Exit::DataErr, "request: not a JSON object");
+  const RequestReader r{request};
+  const std::string format = r.get<std::string>("format", "table");
+  const auto f = std::find(std::begin(kFormats), std::end(kFormats), format);
+  if (f == std::end(kFormats)) throw Error(Exit::DataErr, "request: format " + format + ": not table, json or csv");
+  ctx.format = static_cast<Format>(f - std::begin(kFormats));
+  ctx.quiet = r.get<bool>("quiet", false);
+  ctx.client_cwd = r.get<std::string>("cwd", "");
+  const std::string cmd = r.get<std::string>("cmd", "");
+  if (cmd == "submit") {
+    const auto spec_it = request.find("spec");
+    if (spec_it == request.end()) throw Error(Exit::DataErr, "request: submit without a spec");
+    auto environment = r.get<std::vector<std::string>>("environ", {});
+    std::erase_if(environment, [](const std::string& kv) { return kv.find('=') == std::string::npos; });
+    return submit(ctx, JobSpec::from_json(*spec_it), r.get<bool>("dry_run", false), environment);
+  }
+  if (cmd == "ls") {
+    JobFilter filter;
+    filter.all = r.get<bool>("all", false);
+    if (auto t = r.get<std::string>("tenant", ""); !t.empty()) filter.tenant = t;
+    if (auto u = r.get<std::string>("user", ""); !u.empty()) filter.user = u;
+    if (auto st = r.get<std::string>("state", ""); !st.empty()) {
+      filter.state = parse_state(st);
+      if (!filter.state) throw Error(Exit::DataErr, "request: state " + st + ": not a job state");
+    }
+    return list(ctx, filter, r.get<bool>("cached", false));
+  }
+  if (cmd == "show") return show(ctx, r.ids("ids"));
+  if (cmd == "logs")
+    return logs(ctx, r.get<std::string>("id", ""), r.get<bool>("follow", false), r.get<int>("task", 0),
+                r.get<bool>("err", false));
+  if (cmd == "cancel") return control(ctx, r.ids("ids"), Control::Cancel);
+  if (cmd == "hold") return control(ctx, r.ids("ids"), Control::Hold);
+  if (cmd == "release") return control(ctx, r.ids("ids"), Control::Release);
+  if (cmd == "wait") {
+    std::optional<double> timeout;
+    if (const double t = r.get<double>("timeout_s", -1); t >= 0) timeout = t;
+    return wait(ctx, r.ids("ids"), timeout);
+  }
+  if (cmd == "status") return status(ctx);
+  if (cmd == "why") return why(ctx, r.get<std::string>("id", ""));
+  throw Error(Exit::Usage, "request: unknown command \"" + cmd + "\"", "the client is newer than the daemon?");
 }
 
 }  // namespace rkit::rsub

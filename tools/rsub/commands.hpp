@@ -1,11 +1,20 @@
 // File: rsub/commands.hpp
 //
-// The bodies of rsub's commands, one function each, called by main.cpp once the command
-// line is parsed. Each prints its output (table or rkit.job.v1 records) and returns the
-// exit code; errors are thrown as rkit::Error (rsub(1), EXIT STATUS).
+// The bodies of rsub's commands, one function each. They run in the daemon, which alone
+// opens the job store: a client sends its request over the daemon's socket
+// (protocol.hpp), the daemon fills a Context with who asks, as the kernel says, and calls
+// handle_request. Each prints its output (table or rkit.job.v1 records) to ctx.out and
+// returns the exit code; errors are thrown as rkit::Error (rsub(1), EXIT STATUS).
+//
+// Every check of who may do what is made here, against the daemon's own settings:
+// ownership (cancel, hold, release, logs, the env of show), admins, and tenants.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
+#include <functional>
+#include <iostream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -20,15 +29,33 @@ struct Context {
   Settings settings;
   Format format = Format::Table;
   bool quiet = false;
-  std::string exe;          // this program (/proc/self/exe), to start the daemon
-  std::string config_path;  // the configuration file in use ("" when none)
-  Submitter me;             // who runs this command
+  Submitter me;                  // who asks: the peer's uid as the kernel reports it, and its name
+  std::vector<gid_t> groups;     // the peer's groups, as the kernel reports them
+  std::string client_cwd;        // the client's working directory: a job's default workdir
+  std::ostream* out = &std::cout;
+  std::ostream* err = &std::cerr;
+  std::function<bool()> gone = [] { return false; };  // the client hung up: stop waiting
+  std::function<void()> wake = [] {};                  // the store changed: a scheduling pass now
 };
 
-// The caller: user name and uid.
-Submitter current_user();
+// Who `uid` is: its name from the password database (the number when it has none).
+Submitter user_of(uid_t uid);
 
-int submit(Context& ctx, JobSpec spec, bool dry_run);
+// May `ctx.me` act on other users' jobs: root, or named in rsub.admins.
+bool is_admin(const Context& ctx);
+
+// Runs one client request ({"cmd": "submit", ...}, rsub(1) PROTOCOL) and returns its exit
+// code. Error(Usage) for a request this daemon does not know; the commands' errors.
+int handle_request(Context& ctx, const Json& request);
+
+// The JSON request of `rsub submit`: the job spec as the client resolved it (its file
+// read and flags applied by the client, as the user), and the environment and working
+// directory the job gets.
+Json submit_request(const JobSpec& spec, bool dry_run, const std::vector<std::string>& environment);
+
+// `environment`: the submitter's, captured at submit ("K=V"), which the job's tasks get
+// (plus RSUB_* variables and the spec's env), as sbatch --export=ALL does.
+int submit(Context& ctx, JobSpec spec, bool dry_run, const std::vector<std::string>& environment = {});
 
 // --backend auto (auto.cpp): local when the job fits there now; otherwise the backend
 // with the shortest expected wait whose price for the job (time limit × the price sheet's
@@ -39,7 +66,8 @@ struct Placement {
   std::vector<std::string> considered;
 };
 Placement place_job(Context& ctx, const JobSpec& spec);
-int list(Context& ctx, JobFilter filter);
+// `cached`: remote jobs' states as last read, without asking their backends.
+int list(Context& ctx, JobFilter filter, bool cached = false);
 int show(Context& ctx, const std::vector<std::string>& ids);
 int logs(Context& ctx, const std::string& id, bool follow, int task, bool err);
 int control(Context& ctx, const std::vector<std::string>& ids, Control action);
@@ -56,5 +84,8 @@ int wait_code(const JobRecord& job);
 // tenants in one transaction; time one scheduling pass (prints milliseconds).
 int bench_fill(Context& ctx, int jobs, int tenants);
 int bench_pass(Context& ctx);
+// The cost of a job's cgroup: `jobs` times create, a child entering it, kill, measure and
+// remove, with a one-core, 1 GiB job's limits; prints the median and worst milliseconds.
+int bench_cgroup(Context& ctx, int jobs);
 
 }  // namespace rkit::rsub

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/eventfd.h>
 #include <sys/file.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -25,10 +26,13 @@
 #include <unordered_map>
 
 #include "rkit/atomic_file.hpp"
+#include "rkit/cgroup.hpp"
 #include "rkit/error.hpp"
 #include "rkit/file.hpp"
 #include "rkit/topology.hpp"
 #include "rkit/units.hpp"
+#include "protocol.hpp"
+#include "server.hpp"
 #include "store.hpp"
 
 namespace rkit::rsub {
@@ -39,19 +43,9 @@ std::string lock_path(const std::string& dir, std::int64_t id, int attempt) {
 
 namespace {
 
-// The wake socket is a file in the state directory, so that the directory's permissions
-// say who may reach it, and only the daemon (which holds daemon.lock) binds it.
-sockaddr_un wake_address(const std::string& dir, socklen_t& len) {
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  const std::string path = dir + "/wake.sock";
-  if (path.size() >= sizeof addr.sun_path)
-    throw Error(Exit::Config, fmt::format("state directory {}: path too long for its wake socket", dir),
-                "set rsub.state_dir or RKIT_STATE_DIR to a shorter path");
-  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-  len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + path.size() + 1);
-  return addr;
-}
+// The wake socket is a file in the state directory, which only the daemon's user may
+// enter; the daemon (which holds daemon.lock) binds it, its supervisors write to it.
+sockaddr_un wake_address(const std::string& dir, socklen_t& len) { return unix_address(dir + "/wake.sock", len); }
 
 // 1: the lock is held (its holder lives), 0: free, -1: no such file.
 int probe_lock(const std::string& path) {
@@ -146,8 +140,15 @@ BackendConfig backend_config(const Config& c, const std::string& name, const std
 
 Settings load_settings(const Config& c) {
   Settings s;
+  s.config_path = c.path;
   s.dir = state_dir() + "/rsub";
   if (auto v = c.get_string("rsub.state_dir")) s.dir = *v;
+  if (auto v = c.get_string("rsub.socket")) {
+    if (v->empty() || v->front() != '/')
+      throw Error(Exit::Config, fmt::format("{}: rsub.socket must be an absolute path", c.where("rsub.socket")));
+    s.socket = *v;
+  }
+  if (auto v = c.get_string("rsub.daemon_user")) s.daemon_user = *v;
   if (auto v = duration(c, "rsub.kill_grace")) s.kill_grace_s = *v;
   if (auto v = duration(c, "rsub.default_time_limit"); v && *v > 0) s.default_time_limit_s = *v;
   if (auto v = duration(c, "rsub.priority.half_life")) s.half_life_s = *v;
@@ -161,6 +162,7 @@ Settings load_settings(const Config& c) {
   if (auto v = number<double>(c, "rsub.priority.weight_age", 0, 1e9)) s.sched.weight_age = *v;
   if (auto v = number<double>(c, "rsub.priority.weight_priority", 0, 1e9)) s.sched.weight_priority = *v;
   s.sched.max_running_jobs_per_user = number<int>(c, "rsub.limits.max_running_jobs_per_user", 1, 1e9);
+  if (auto v = number<int>(c, "rsub.limits.max_pids_per_job", 0, 1 << 22)) s.job_pids_max = *v;
   if (auto v = c.get_string("rsub.policy")) {
     auto p = parse_policy(*v);
     if (!p) throw Error(Exit::Config, fmt::format("{}: rsub.policy must be \"pack\" or \"spread\"", c.where("rsub.policy")));
@@ -195,6 +197,14 @@ Settings load_settings(const Config& c) {
       t.max_gpus = number<int>(c, key + ".max_gpus", 0, 1 << 20);
       t.max_cpus = number<int>(c, key + ".max_cpus", 0, 1 << 20);
       s.sched.tenants[std::string(name.str())] = t;
+      TenantAccess& access = s.tenant_access[std::string(name.str())];
+      for (auto [field, out] : {std::pair{".users", &access.users}, std::pair{".groups", &access.groups}})
+        if (const auto* list = c.get_array(key + field))
+          for (const auto& v : *list) {
+            if (!v.is_string())
+              throw Error(Exit::Config, fmt::format("{}: {}{} must list names", c.where(key + field), key, field));
+            out->push_back(*v.value<std::string>());
+          }
       if (auto v = number<double>(c, key + ".max_job_cost", 0, 1e12)) s.max_job_cost[std::string(name.str())] = *v;
     }
   if (const auto* backends = c.get_table("rsub.backends"))
@@ -280,8 +290,8 @@ bool spawn_detached(std::vector<std::string> args, const std::function<void()>& 
 
 }  // namespace
 
-void ensure_daemon(const std::string& exe, const std::string& config_path, const std::string& dir) {
-  if (wake_daemon(dir)) return;
+void start_daemon(const std::string& exe, const std::string& config_path, const std::string& dir) {
+  Store{dir};  // the directory, private, before the daemon's log goes there
   const std::string log = dir + "/daemon.log";
   std::vector<std::string> args = {exe, "daemon", "--foreground"};
   if (!config_path.empty()) args.insert(args.end(), {"--config", config_path});
@@ -378,6 +388,7 @@ class Daemon {
         // Its tasks die with it (PR_SET_PDEATHSIG); what they started in their process
         // group goes now, before the scheduler hands their cores out again.
         if (auto group = store_.task_group(id, j.attempts); group && *group > 1) ::kill(-*group, SIGKILL);
+        kill_cgroup(id, j.attempts);
         store_.finish(id, JobState::Lost,
                       fmt::format("the supervisor of attempt {} vanished without recording an end", j.attempts),
                       now_s());
@@ -477,7 +488,8 @@ class Daemon {
   void spawn_shim(std::int64_t id, int attempt, int lock_fd) {
     // /proc/self/exe: this very program, even after a package upgrade replaced its file.
     std::vector<std::string> args = {"/proc/self/exe", "_shim", s_.dir, std::to_string(id), std::to_string(attempt),
-                                     std::to_string(lock_fd), fmt::format("{}", s_.kill_grace_s)};
+                                     std::to_string(lock_fd), fmt::format("{}", s_.kill_grace_s),
+                                     std::to_string(s_.job_pids_max)};
     const bool started = spawn_detached(std::move(args), [lock_fd] {
       ::fcntl(lock_fd, F_SETFD, 0);  // the supervisor inherits the lock, and nothing else
       ::close_range(3, static_cast<unsigned>(lock_fd) - 1, 0);
@@ -491,6 +503,19 @@ class Daemon {
     });
     // On failure the lock is free and holds no pid: the next pass queues the job again.
     if (!started) std::cerr << "rsub daemon: fork: " << std::strerror(errno) << "\n";
+  }
+
+  // What is left of an attempt whose supervisor died: its cgroup, killed and removed.
+  void kill_cgroup(std::int64_t id, int attempt) {
+    if (::geteuid() != 0) return;
+    try {
+      if (auto cg = JobCgroup::open(cgroup_parent(store_.tag()), fmt::format("job-{}.{}", id, attempt))) {
+        cg->kill_all(std::chrono::seconds(5));
+        cg->remove();
+      }
+    } catch (const std::exception& e) {
+      std::cerr << "rsub daemon: job " << id << ": " << e.what() << '\n';
+    }
   }
 
   void signal_shim(const std::string& lock, std::int64_t id, int attempt) {
@@ -533,6 +558,14 @@ class Daemon {
 
   Store& store() { return store_; }
   void finish_up() { save_usage(now_s()); }
+  // New settings (the configuration file changed); the machine is probed again when
+  // what describes it did.
+  void set_settings(const Settings& s) {
+    const bool machine = s.local_cpus != s_.local_cpus || s.local_gpus != s_.local_gpus || s.local_memory != s_.local_memory;
+    s_ = s;
+    if (machine) machine_ = local_machine(s_);
+  }
+  const Machine& machine() const { return machine_; }
 
  private:
   Settings s_;
@@ -550,10 +583,49 @@ class Daemon {
 
 }  // namespace
 
-int run_daemon(const Settings& settings, const DaemonOptions& options) {
-  Store(settings.dir);  // creates the directory and the store
-  const std::string lock = settings.dir + "/daemon.lock";
-  UniqueFd lock_fd(::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+namespace {
+
+// The socket clients reach the daemon on. A shared daemon's lives in a directory that
+// only the daemon's user may change (else another user could put a socket of theirs in
+// its place): made 0755 when missing, refused when others may write to it.
+UniqueFd listen_socket(const Settings& settings) {
+  const std::string path = settings.socket_path();
+  socklen_t len = 0;
+  const sockaddr_un addr = unix_address(path, len);
+  if (settings.shared()) {
+    const std::string parent = path.substr(0, path.rfind('/'));
+    for (std::size_t slash = path.find('/', 1); slash != std::string::npos; slash = path.find('/', slash + 1))
+      ::mkdir(path.substr(0, slash).c_str(), 0755);
+    struct stat st {};
+    if (::stat(parent.empty() ? "/" : parent.c_str(), &st) != 0) throw system_error("stat " + parent, errno);
+    if (st.st_uid != ::geteuid() || (st.st_mode & 022) != 0)
+      throw Error(Exit::Config,
+                  fmt::format("rsub.socket {}: its directory {} must belong to the daemon's user and be writable by "
+                              "nobody else",
+                              path, parent),
+                  fmt::format("chown {} and chmod 0755 it", parent));
+  }
+  UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  ::unlink(addr.sun_path);  // a dead daemon's: we hold the lock
+  // Made with no permission at all, then opened to those who may reach it: nobody
+  // connects in between.
+  const mode_t old = ::umask(0777);
+  const int rc = fd ? ::bind(fd.get(), reinterpret_cast<const sockaddr*>(&addr), len) : -1;
+  const int bind_errno = errno;
+  ::umask(old);
+  if (rc != 0) throw system_error("bind the rsub socket " + path, bind_errno);
+  if (::chmod(addr.sun_path, settings.shared() ? 0666 : 0600) != 0 || ::listen(fd.get(), 512) != 0)
+    throw system_error("listen on " + path, errno);
+  return fd;
+}
+
+}  // namespace
+
+int run_daemon(const Settings& initial, const DaemonOptions& options) {
+  Store{initial.dir};  // creates the directory and the store
+  ::chmod(initial.dir.c_str(), 0700);  // nobody but the daemon's user reads or changes the store
+  const std::string lock = initial.dir + "/daemon.lock";
+  UniqueFd lock_fd(::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
   if (!lock_fd) throw system_error("open " + lock, errno);
   if (::flock(lock_fd.get(), LOCK_EX | LOCK_NB) != 0) return 75;
 
@@ -562,26 +634,59 @@ int run_daemon(const Settings& settings, const DaemonOptions& options) {
   sigemptyset(&mask);
   for (int sig : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&mask, sig);
   ::sigprocmask(SIG_BLOCK, &mask, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
   UniqueFd sig_fd(::signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK));
   socklen_t len = 0;
-  const sockaddr_un addr = wake_address(settings.dir, len);
+  const sockaddr_un addr = wake_address(initial.dir, len);
   UniqueFd wake(::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   ::unlink(addr.sun_path);  // a dead daemon's: we hold the lock
   if (!wake || ::bind(wake.get(), reinterpret_cast<const sockaddr*>(&addr), len) != 0)
     throw system_error("bind the rsub wake socket", errno);
-  ::chmod(addr.sun_path, 0666);  // whoever may enter the directory may wake us
+  ::chmod(addr.sun_path, 0600);  // the daemon's supervisors run as its user
+  UniqueFd wake_event(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));  // the request threads' wake-ups
+  // Listening from now: clients that connect while the machine is probed wait in the
+  // backlog, and are served once the capacity is recorded.
+  UniqueFd listener = options.once ? UniqueFd() : listen_socket(initial);
 
-  const Machine machine = local_machine(settings);
-  Daemon daemon(settings, machine);
-  Json gpu_names = Json::array();
-  for (const auto& g : machine.topology.gpus) gpu_names.push_back(g.name);
-  daemon.store().set_meta("capacity", Json{{"cpus", machine.topology.cores.size()},
-                                           {"gpus", machine.topology.gpus.size()},
-                                           {"memory_bytes", machine.memory_bytes},
-                                           {"gpu_names", gpu_names}}
-                                          .dump());
-  atomic_write_file(settings.dir + "/daemon.pid", std::to_string(::getpid()) + "\n");
+  SettingsSource source(initial);
+  Daemon daemon(initial, local_machine(initial));
+  std::shared_ptr<const Settings> settings = source.current();
+  auto record_capacity = [&] {
+    const Machine& machine = daemon.machine();
+    Json gpu_names = Json::array();
+    for (const auto& g : machine.topology.gpus) gpu_names.push_back(g.name);
+    daemon.store().set_meta("capacity", Json{{"cpus", machine.topology.cores.size()},
+                                             {"gpus", machine.topology.gpus.size()},
+                                             {"memory_bytes", machine.memory_bytes},
+                                             {"gpu_names", gpu_names}}
+                                            .dump());
+  };
+  record_capacity();
+  std::unique_ptr<RequestServer> server;
+  if (!options.once) {
+    server = std::make_unique<RequestServer>(listener.release(), source,
+                   [fd = wake_event.get()] {
+                     const std::uint64_t one = 1;
+                     [[maybe_unused]] auto n = ::write(fd, &one, sizeof one);
+                   },
+                   !initial.shared());
+    server->start();
+  }
+  atomic_write_file(initial.dir + "/daemon.pid", std::to_string(::getpid()) + "\n");
+  // A daemon whose directory was removed (a test's, a user's rm -rf) has nothing left to
+  // serve: it ends instead of running on.
+  struct stat home {};
+  ::stat(initial.dir.c_str(), &home);
+  auto dir_gone = [&] {
+    struct stat now {};
+    return ::stat(initial.dir.c_str(), &now) != 0 || now.st_ino != home.st_ino || now.st_dev != home.st_dev;
+  };
   for (;;) {
+    if (auto now = source.current(); now != settings) {
+      settings = now;
+      daemon.set_settings(*settings);
+      record_capacity();
+    }
     try {
       daemon.pass();
     } catch (const std::exception& e) {  // a busy or damaged store: say so, try again
@@ -589,16 +694,28 @@ int run_daemon(const Settings& settings, const DaemonOptions& options) {
       std::cerr << "rsub daemon: scheduling pass failed: " << e.what() << '\n';
     }
     if (options.once) break;
-    pollfd fds[2] = {{wake.get(), POLLIN, 0}, {sig_fd.get(), POLLIN, 0}};
-    ::poll(fds, 2, 1000);
-    if (fds[1].revents & POLLIN) break;
+    pollfd fds[3] = {{wake.get(), POLLIN, 0}, {sig_fd.get(), POLLIN, 0}, {wake_event.get(), POLLIN, 0}};
+    ::poll(fds, 3, 1000);
+    if (fds[1].revents & POLLIN || dir_gone()) break;
     char buf[256];
     while (::recv(wake.get(), buf, sizeof buf, 0) > 0) {
     }
+    std::uint64_t count = 0;
+    [[maybe_unused]] auto n = ::read(wake_event.get(), &count, sizeof count);
   }
+  const bool idle = !server || server->stop();
+  // This store's level of the job cgroups, empty once its jobs are gone.
+  if (const CgroupLayout& layout = cgroup_layout(); layout.version != CgroupVersion::None) {
+    const std::string level = "/" + cgroup_parent(daemon.store().tag());
+    if (layout.version == CgroupVersion::V2) ::rmdir((layout.unified + level).c_str());
+    for (const auto& [controller, mount] : layout.v1) ::rmdir((mount + level).c_str());
+  }
+  if (server) ::unlink(initial.socket_path().c_str());
   daemon.finish_up();
-  ::unlink((settings.dir + "/daemon.pid").c_str());
+  ::unlink((initial.dir + "/daemon.pid").c_str());
   ::unlink(addr.sun_path);
+  // A request still inside a store call holds the server: end the process under it.
+  if (!idle) ::_exit(0);
   return 0;
 }
 

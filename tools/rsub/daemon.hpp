@@ -33,14 +33,28 @@
 
 namespace rkit::rsub {
 
+// Who may charge a tenant besides those whose default it is (rsub.tenants.T.users, .groups).
+struct TenantAccess {
+  std::vector<std::string> users, groups;
+};
+
 // The rsub settings of the configuration file (rsub(1), CONFIGURATION).
 struct Settings {
+  std::string config_path;  // the file they came from ("" when none)
   std::string dir;  // <state>/rsub
+  // rsub.socket: a shared daemon's socket (/run/rkit/rsub.sock). Unset: a personal daemon,
+  // started by its user's first command, listening on <dir>/rsub.sock.
+  std::string socket;
+  std::string daemon_user;  // rsub.daemon_user: a shared daemon's user, when not root
+  bool shared() const { return !socket.empty(); }
+  std::string socket_path() const { return shared() ? socket : dir + "/rsub.sock"; }
+  std::map<std::string, TenantAccess> tenant_access;
   SchedConfig sched;
   std::vector<std::string> admins;            // rsub.admins: may cancel, hold, release anyone's jobs
   std::map<std::string, std::string> tenants_of_users;  // rsub.users: user → tenant
   std::optional<double> default_time_limit_s;  // rsub.default_time_limit
   double kill_grace_s = 10;                    // rsub.kill_grace
+  int job_pids_max = 4096;                     // rsub.limits.max_pids_per_job: a job cgroup's pids.max (0: none)
   double half_life_s = 3600;                   // rsub.priority.half_life
   double gpu_weight = 10;                      // rsub.priority.gpu_weight: a GPU-second is worth N core-seconds
   std::optional<int> local_cpus, local_gpus;   // [local] cpus, gpus: instead of the host's
@@ -66,9 +80,9 @@ std::string lock_path(const std::string& dir, std::int64_t id, int attempt);
 
 // Wakes the daemon; false when none is listening.
 bool wake_daemon(const std::string& dir);
-// Starts a daemon in the background (detached, its output in <dir>/daemon.log) unless
-// one runs. Returns at once.
-void ensure_daemon(const std::string& exe, const std::string& config_path, const std::string& dir);
+// Starts a personal daemon in the background (detached, its output in <dir>/daemon.log).
+// Returns at once; a daemon that finds another one running exits quietly.
+void start_daemon(const std::string& exe, const std::string& config_path, const std::string& dir);
 
 struct DaemonOptions {
   bool once = false;  // one scheduling pass, then exit (tests, benchmarks)
@@ -78,8 +92,11 @@ struct DaemonOptions {
 int run_daemon(const Settings& settings, const DaemonOptions& options);
 
 // The hidden `rsub _shim` entry: supervises attempt `attempt` of job `id`, holding the
-// lock inherited on descriptor `lock_fd`. Returns its exit code (0 once the end is stored).
-int run_shim(const std::string& dir, std::int64_t id, int attempt, int lock_fd, double kill_grace_s);
+// lock inherited on descriptor `lock_fd`; `pids_max` bounds the tasks of its cgroup (0:
+// none). Returns its exit code (0 once the end is stored).
+int run_shim(const std::string& dir, std::int64_t id, int attempt, int lock_fd, double kill_grace_s, int pids_max);
+// Where a store's job cgroups live, under each hierarchy: rkit/<store tag>.
+std::string cgroup_parent(const std::string& store_tag);
 
 // One scheduling pass over the store as a starting daemon makes it (load every active
 // job, schedule), starting nothing and writing nothing: what `rsub why` asks.

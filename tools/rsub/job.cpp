@@ -10,7 +10,7 @@
 namespace rkit::rsub {
 
 namespace {
-constexpr std::array<std::pair<JobState, std::string_view>, 7> kStates{{
+constexpr std::array<std::pair<JobState, std::string_view>, 8> kStates{{
     {JobState::Pending, "PENDING"},
     {JobState::Running, "RUNNING"},
     {JobState::Completed, "COMPLETED"},
@@ -18,6 +18,7 @@ constexpr std::array<std::pair<JobState, std::string_view>, 7> kStates{{
     {JobState::Cancelled, "CANCELLED"},
     {JobState::Timeout, "TIMEOUT"},
     {JobState::Lost, "LOST"},
+    {JobState::OutOfMemory, "OUT_OF_MEMORY"},
 }};
 }  // namespace
 

@@ -18,7 +18,8 @@ namespace rkit::rsub {
 // states. LOST: the task's supervisor vanished without recording an end (the machine or
 // the daemon died mid-flight); the command may have run, so it is never run again
 // automatically, and it counts as a failure for dependencies.
-enum class JobState { Pending, Running, Completed, Failed, Cancelled, Timeout, Lost };
+// OUT_OF_MEMORY: the kernel killed it for going over its memory limit (its cgroup's).
+enum class JobState { Pending, Running, Completed, Failed, Cancelled, Timeout, Lost, OutOfMemory };
 
 std::string_view state_name(JobState state);  // "PENDING", "RUNNING", ...
 std::optional<JobState> parse_state(std::string_view name);  // case-insensitive

@@ -184,7 +184,7 @@ class KubeBackend final : public Backend {
   [[noreturn]] void refused(const std::string& what, const RunResult& r) const { backend_refused(how_, what, r); }
 
   BackendConfig c_;
-  BackendCall how_{fmt::format("kubernetes backend \"{}\"", c_.name), "the API server", unreachable};
+  BackendCall how_{fmt::format("kubernetes backend \"{}\"", c_.name), "the API server", unreachable, c_.run_as_uid};
 };
 
 }  // namespace

@@ -1,11 +1,19 @@
 // rsub: submit jobs to the embedded local scheduler, and follow and control them.
+#include <fmt/format.h>
+#include <pwd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <chrono>
 #include <climits>
+#include <cstring>
 #include <string_view>
 
 #include "commands.hpp"
+#include "protocol.hpp"
+#include "rkit/file.hpp"
 #include "rkit/cli.hpp"
 #include "rkit/error.hpp"
 #include "rkit/units.hpp"
@@ -44,6 +52,52 @@ void add_submit_options(CLI::App* app, rkit::rsub::SpecOverrides& o, bool& dry_r
   app->add_flag("--dry-run", dry_run, "Print the job record; store nothing");
 }
 
+// The absolute path of a configuration file that a daemon can read again later, or ""
+// for none (no file, or a pipe such as /dev/stdin).
+std::string regular_file_path(const std::string& path) {
+  struct stat st {};
+  if (path.empty() || ::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return {};
+  char buf[PATH_MAX];
+  return ::realpath(path.c_str(), buf) ? std::string(buf) : std::string();
+}
+
+// Sends the request to the daemon and relays its answer. A personal daemon is started
+// when none answers; a shared one never is (exit 69: nothing was done).
+int call_daemon(const rkit::rsub::Settings& settings, const std::string& exe, const std::string& config_path,
+                const std::string& request) {
+  using namespace rkit;
+  using namespace rkit::rsub;
+  const std::string path = settings.socket_path();
+  DaemonIdentity who;
+  if (settings.shared()) {
+    who.uids.push_back(0);
+    if (!settings.daemon_user.empty())
+      if (const passwd* pw = ::getpwnam(settings.daemon_user.c_str())) who.uids.push_back(pw->pw_uid);
+  } else {
+    who.uids.push_back(::geteuid());
+  }
+  int fd = connect_daemon(path, who);
+  if (fd < 0 && settings.shared())
+    throw Error(Exit::Unavailable, fmt::format("the shared rsub daemon does not answer on {}: {}", path, std::strerror(errno)),
+                "nothing was done; an admin starts it (rsub(1), SERVICE)");
+  if (fd < 0 && errno != ENOENT && errno != ECONNREFUSED)  // EACCES: another user's daemon
+    throw Error(errno == EACCES ? Exit::NoPerm : Exit::Unavailable,
+                fmt::format("the rsub daemon's socket {}: {}", path, std::strerror(errno)),
+                errno == EACCES ? "that state directory is another user's (RKIT_STATE_DIR, rsub.state_dir)" : "");
+  if (fd < 0) {
+    start_daemon(exe, regular_file_path(config_path), settings.dir);
+    for (int wait_us = 500; fd < 0; wait_us = std::min(wait_us * 2, 20000)) {
+      static const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      if (std::chrono::steady_clock::now() > deadline)
+        throw Error(Exit::Unavailable, "the rsub daemon did not start within 10 s", "see " + settings.dir + "/daemon.log");
+      ::usleep(static_cast<useconds_t>(wait_us));
+      fd = connect_daemon(path, who);
+    }
+  }
+  UniqueFd conn(fd);
+  return exchange(conn.get(), request);
+}
+
 std::string self_exe() {
   char buf[PATH_MAX];
   const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
@@ -77,6 +131,8 @@ int main(int argc, char** argv) {
   ls_cmd->add_option("--tenant", filter.tenant, "Only this tenant's jobs")->type_name("T");
   ls_cmd->add_option("-u,--user", filter.user, "Only this user's jobs")->type_name("USER");
   ls_cmd->add_option("--state", state, "Only jobs in this state (PENDING, RUNNING, COMPLETED, ...)")->type_name("S");
+  bool cached = false;
+  ls_cmd->add_flag("--cached", cached, "Remote jobs as last read: do not ask their backends now");
 
   std::vector<std::string> ids;
   auto* show_cmd = tool.add_subcommand("show", "Print jobs in full");
@@ -115,12 +171,15 @@ int main(int argc, char** argv) {
   // Hidden: the per-job supervisor the daemon starts, and benchmark helpers.
   auto* shim_cmd = app.add_subcommand("_shim")->group("");
   std::vector<std::string> shim_args;
-  shim_cmd->add_option("args", shim_args)->expected(5);
+  shim_cmd->add_option("args", shim_args)->expected(6);
   auto* fill_cmd = app.add_subcommand("_bench-fill")->group("");
   int fill_jobs = 0, fill_tenants = 1;
   fill_cmd->add_option("jobs", fill_jobs)->required();
   fill_cmd->add_option("tenants", fill_tenants);
   auto* pass_cmd = app.add_subcommand("_bench-pass")->group("");
+  auto* cgroup_cmd = app.add_subcommand("_bench-cgroup")->group("");
+  int cgroup_jobs = 200;
+  cgroup_cmd->add_option("jobs", cgroup_jobs);
 
   return tool.run(argc, argv, [&]() -> int {
     // After `--`, CLI11 fills submit's positionals in order, so with no spec file before it
@@ -138,49 +197,69 @@ int main(int argc, char** argv) {
       usage_error("a command after -- is a job's: only rsub [options] -- COMMAND and rsub submit take one");
     if (*shim_cmd)
       return run_shim(shim_args[0], std::stoll(shim_args[1]), std::stoi(shim_args[2]), std::stoi(shim_args[3]),
-                      std::stod(shim_args[4]));
+                      std::stod(shim_args[4]), std::stoi(shim_args[5]));
     const CommonOptions& opts = tool.options();
-    Context ctx{load_settings(tool.config()), opts.format(), opts.quiet, self_exe(), tool.config().path, current_user()};
-    if (*submit_cmd) {
-      if (spec_file.empty() && over.command.empty()) usage_error("submit needs a job spec file or -- COMMAND");
-      JobSpec spec;
-      if (!spec_file.empty()) spec = load_spec(spec_file);
-      apply_overrides(spec, over);
-      return submit(ctx, spec, dry_run);
-    }
-    if (*ls_cmd) {
-      if (!state.empty()) {
-        filter.state = parse_state(state);
-        if (!filter.state) usage_error("--state " + state + ": not a job state (PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT, LOST)");
-      }
-      return list(ctx, filter);
-    }
-    if (*show_cmd) return show(ctx, ids);
-    if (*logs_cmd) return logs(ctx, one_id, follow, task, err);
-    if (*cancel_cmd) return control(ctx, ids, Control::Cancel);
-    if (*hold_cmd) return control(ctx, ids, Control::Hold);
-    if (*release_cmd) return control(ctx, ids, Control::Release);
-    if (*wait_cmd) {
-      std::optional<double> timeout;
-      if (!wait_timeout.empty()) timeout = parse_duration(wait_timeout);
-      return wait(ctx, ids, timeout);
-    }
-    if (*status_cmd) return status(ctx);
-    if (*why_cmd) return why(ctx, one_id);
+    const Settings settings = load_settings(tool.config());
     if (*daemon_cmd) {
       if (!foreground && !once) {
-        ensure_daemon(ctx.exe, ctx.config_path, ctx.settings.dir);
+        if (settings.shared()) usage_error("a shared daemon is started by its service manager: rsub daemon --foreground");
+        start_daemon(self_exe(), tool.config().path, settings.dir);
         return 0;
       }
-      if (run_daemon(ctx.settings, {once}) == 75)
-        throw Error(Exit::TempFail, "a daemon already runs for " + ctx.settings.dir);
+      if (run_daemon(settings, {once}) == 75)
+        throw Error(Exit::TempFail, "a daemon already runs for " + settings.dir);
       return 0;
     }
-    if (*fill_cmd) return bench_fill(ctx, fill_jobs, fill_tenants);
-    if (*pass_cmd) return bench_pass(ctx);
-    if (over.command.empty()) usage_error("nothing to run: rsub [options] -- COMMAND, or a subcommand (see --help)");
-    JobSpec spec;
-    apply_overrides(spec, over);
-    return submit(ctx, spec, dry_run);
+    if (*fill_cmd || *pass_cmd || *cgroup_cmd) {  // benchmarks: the store itself, as its owner
+      Context ctx;
+      ctx.settings = settings;
+      ctx.me = user_of(::getuid());
+      if (*cgroup_cmd) return bench_cgroup(ctx, cgroup_jobs);
+      return *fill_cmd ? bench_fill(ctx, fill_jobs, fill_tenants) : bench_pass(ctx);
+    }
+    // Everything else is a request to the daemon, which alone opens the job store.
+    Json request;
+    if (*submit_cmd || app.get_subcommands().empty()) {
+      if (*submit_cmd && spec_file.empty() && over.command.empty())
+        usage_error("submit needs a job spec file or -- COMMAND");
+      if (!*submit_cmd && over.command.empty())
+        usage_error("nothing to run: rsub [options] -- COMMAND, or a subcommand (see --help)");
+      JobSpec spec;
+      if (!spec_file.empty()) spec = load_spec(spec_file);  // read here, as the user
+      apply_overrides(spec, over);
+      std::vector<std::string> environment;
+      for (char** e = environ; *e; ++e) environment.emplace_back(*e);
+      request = submit_request(spec, dry_run, environment);
+    } else if (*ls_cmd) {
+      if (!state.empty() && !parse_state(state))
+        usage_error("--state " + state +
+                    ": not a job state (PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT, LOST, OUT_OF_MEMORY)");
+      request = {{"cmd", "ls"}, {"all", filter.all}, {"state", state}, {"cached", cached}};
+      if (filter.tenant) request["tenant"] = *filter.tenant;
+      if (filter.user) request["user"] = *filter.user;
+    } else if (*show_cmd) {
+      request = {{"cmd", "show"}, {"ids", ids}};
+    } else if (*logs_cmd) {
+      request = {{"cmd", "logs"}, {"id", one_id}, {"follow", follow}, {"task", task}, {"err", err}};
+    } else if (*cancel_cmd || *hold_cmd || *release_cmd) {
+      request = {{"cmd", *cancel_cmd ? "cancel" : *hold_cmd ? "hold" : "release"}, {"ids", ids}};
+    } else if (*wait_cmd) {
+      request = {{"cmd", "wait"}, {"ids", ids}};
+      if (!wait_timeout.empty()) request["timeout_s"] = parse_duration(wait_timeout);
+    } else if (*status_cmd) {
+      request = {{"cmd", "status"}};
+    } else if (*why_cmd) {
+      request = {{"cmd", "why"}, {"id", one_id}};
+    }
+    static const char* formats[] = {"table", "json", "csv"};
+    request["format"] = formats[static_cast<int>(opts.format())];
+    request["quiet"] = opts.quiet;
+    request["verbose"] = opts.verbose;
+    // A personal daemon follows its user's configuration file (a regular one: not a pipe).
+    const std::string config = regular_file_path(tool.config().path);
+    if (!config.empty()) request["config"] = config;
+    char cwd[PATH_MAX];
+    if (::getcwd(cwd, sizeof cwd)) request["cwd"] = cwd;
+    return call_daemon(settings, self_exe(), tool.config().path, request.dump());
   });
 }

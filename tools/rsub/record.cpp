@@ -57,7 +57,9 @@ std::string JobRecord::to_json_line() const {
                                 {"start_unix_s", opt(start_s)},
                                 {"end_unix_s", opt(end_s)},
                                 {"elapsed_s", opt(elapsed)},
-                                {"host", host.empty() ? Json(nullptr) : Json(host)}}
+                                {"host", host.empty() ? Json(nullptr) : Json(host)},
+                                {"cpu_used_s", opt(cpu_s)},
+                                {"memory_peak_bytes", opt(peak_memory_bytes)}}
                                .dump();
   const std::string fields = record_fields.empty() ? spec_record_fields(spec) : record_fields;
   const std::string alloc_json = alloc_text.empty() ? alloc_to_json(alloc).dump() : alloc_text;

@@ -12,12 +12,16 @@
 #include <pwd.h>
 #include <sched.h>
 #include <signal.h>
+#include <poll.h>
 #include <sys/prctl.h>
+#include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <ctime>
 #include <functional>
@@ -27,7 +31,9 @@
 #include <vector>
 
 #include "daemon.hpp"
+#include "rkit/cgroup.hpp"
 #include "rkit/error.hpp"
+#include "rkit/file.hpp"
 #include "store.hpp"
 
 namespace rkit::rsub {
@@ -45,12 +51,31 @@ std::string join(const std::vector<int>& v) {
 struct TaskLaunch {
   std::vector<std::string> args, env;
   std::vector<char*> argv, envp;
-  std::string out_path, err_path, workdir;
+  UniqueFd out, err;  // its log files, opened by the supervisor
+  std::string workdir;
   cpu_set_t cpus;
   bool bind = false;
 };
 
-TaskLaunch prepare(const JobRecord& job, int task, const std::string& log_dir) {
+// A task's log file, in the job's log directory: created owned by the job's user, 0600,
+// appended to by later attempts. Opened through the directory's descriptor without
+// following links; the directory is the supervisor's, where no user can reach.
+UniqueFd open_log(int dir_fd, const std::string& name, std::uint32_t uid) {
+  UniqueFd fd(::openat(dir_fd, name.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY, 0600));
+  if (!fd) throw system_error("open the log " + name, errno);
+  if (::geteuid() == 0 && uid != 0 && ::fchown(fd.get(), uid, static_cast<gid_t>(-1)) != 0)
+    throw system_error("give the log " + name + " to the job's user", errno);
+  return fd;
+}
+
+// The environment a job's tasks start from: the submitter's, captured at submit; for a
+// job stored without one, a plain PATH. Never the daemon's own.
+std::vector<std::string> base_environment(Store& store, std::int64_t id) {
+  if (auto env = store.environment(id)) return *env;
+  return {"PATH=/usr/local/bin:/usr/bin:/bin"};
+}
+
+TaskLaunch prepare(const JobRecord& job, int task, int log_dir_fd, const std::vector<std::string>& environment) {
   TaskLaunch t;
   t.args = job.spec.command;
   std::vector<std::pair<std::string, std::string>> set = {
@@ -74,8 +99,7 @@ TaskLaunch prepare(const JobRecord& job, int task, const std::string& log_dir) {
   if (a.pus.size() > 0 && !job.spec.env.count("OMP_NUM_THREADS"))
     set.emplace_back("OMP_NUM_THREADS", std::to_string(job.spec.resources.cpus_per_task));
   for (const auto& [k, v] : job.spec.env) set.emplace_back(k, v);
-  for (char** e = environ; *e; ++e) {
-    const std::string kv = *e;
+  for (const std::string& kv : environment) {
     const std::string key = kv.substr(0, kv.find('='));
     bool replaced = false;
     for (const auto& [k, v] : set) replaced |= k == key;
@@ -87,8 +111,8 @@ TaskLaunch prepare(const JobRecord& job, int task, const std::string& log_dir) {
   t.argv.push_back(nullptr);
   for (auto& s : t.env) t.envp.push_back(s.data());
   t.envp.push_back(nullptr);
-  t.out_path = fmt::format("{}/task-{}.out", log_dir, task);
-  t.err_path = fmt::format("{}/task-{}.err", log_dir, task);
+  t.out = open_log(log_dir_fd, fmt::format("task-{}.out", task), job.uid);
+  t.err = open_log(log_dir_fd, fmt::format("task-{}.err", task), job.uid);
   t.workdir = job.spec.workdir.empty() ? "/" : job.spec.workdir;
   CPU_ZERO(&t.cpus);
   for (int pu : a.pus)
@@ -106,12 +130,13 @@ TaskLaunch prepare(const JobRecord& job, int task, const std::string& log_dir) {
 }
 
 // In the child, between fork and exec. A root supervisor runs the job as its user.
-[[noreturn]] void exec_task(TaskLaunch& t, pid_t group, const JobRecord& job) {
+[[noreturn]] void exec_task(TaskLaunch& t, pid_t group, const JobRecord& job, const JobCgroup* cgroup) {
   ::setpgid(0, group);
-  const int out = ::open(t.out_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  const int err = ::open(t.err_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  // Into the job's cgroup first: its cpuset bounds the affinity set below, and only
+  // root may move a process.
+  if (cgroup && cgroup->enter_child() != 0) child_fail("cannot enter the job's cgroup", std::strerror(errno));
   const int in = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-  if (out < 0 || err < 0 || in < 0 || ::dup2(in, 0) < 0 || ::dup2(out, 1) < 0 || ::dup2(err, 2) < 0) ::_exit(126);
+  if (in < 0 || ::dup2(in, 0) < 0 || ::dup2(t.out.get(), 1) < 0 || ::dup2(t.err.get(), 2) < 0) ::_exit(126);
   // Default dispositions and no blocked signal: ignored ones (SIGPIPE under systemd,
   // SIGHUP under nohup) would otherwise survive exec into the job.
   for (int sig = 1; sig < NSIG; ++sig) ::signal(sig, SIG_DFL);
@@ -140,9 +165,32 @@ double monotonic() {
   return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
 }
 
+// The job attempt's cgroup, under a root supervisor where the machine has cgroups:
+// rkit/<store tag>/job-ID.N (the tag keeps two stores' jobs apart). Its cores, memory,
+// tasks and GPUs are the kernel's to enforce. nullopt without cgroups (a personal,
+// unprivileged daemon: the limits are then scheduled only).
+std::optional<JobCgroup> job_cgroup(Store& store, const JobRecord& job, int attempt, int pids_max) {
+  if (::geteuid() != 0 || cgroup_version() == CgroupVersion::None) return std::nullopt;
+  CgroupLimits limits;
+  std::vector<int> gpus;
+  for (const TaskAlloc& a : job.alloc) {
+    limits.cpus.insert(limits.cpus.end(), a.pus.begin(), a.pus.end());
+    gpus.insert(gpus.end(), a.gpus.begin(), a.gpus.end());
+  }
+  std::sort(limits.cpus.begin(), limits.cpus.end());
+  limits.cpus.erase(std::unique(limits.cpus.begin(), limits.cpus.end()), limits.cpus.end());
+  if (job.spec.resources.memory_bytes > 0)
+    limits.memory_bytes = job.spec.resources.memory_bytes * static_cast<std::uint64_t>(job.spec.resources.tasks);
+  if (pids_max > 0) limits.pids_max = pids_max;
+  if (::access("/dev/nvidiactl", F_OK) == 0) limits.gpus = gpus;  // the machine has NVIDIA GPUs
+  return JobCgroup::create(cgroup_parent(store.tag()), fmt::format("job-{}.{}", job.id, attempt), limits);
+}
+
 }  // namespace
 
-int run_shim(const std::string& dir, std::int64_t id, int attempt, int lock_fd, double kill_grace_s) {
+std::string cgroup_parent(const std::string& store_tag) { return "rkit/" + store_tag; }
+
+int run_shim(const std::string& dir, std::int64_t id, int attempt, int lock_fd, double kill_grace_s, int pids_max) {
   // Signals first (the daemon starts us with them blocked already): a cancel that comes
   // as soon as the pid is known must end the attempt as CANCELLED, not kill us.
   sigset_t mask;
@@ -161,22 +209,41 @@ int run_shim(const std::string& dir, std::int64_t id, int attempt, int lock_fd, 
   const std::optional<JobRecord> job = store.job(id);
   if (!job || job->state != JobState::Running || job->attempts != attempt) return 0;  // not ours to run
   const int ntasks = static_cast<int>(job->alloc.size());
+  // <dir>/logs/ID: the supervisor's (0700), inside the daemon's private directory.
   const std::string log_dir = fmt::format("{}/logs/{}", dir, job->display_id());
-  ::mkdir((dir + "/logs").c_str(), 0755);
-  ::mkdir(log_dir.c_str(), 0755);
+  ::mkdir((dir + "/logs").c_str(), 0700);
+  ::mkdir(log_dir.c_str(), 0700);
+  UniqueFd log_dir_fd(::open(log_dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!log_dir_fd) throw system_error("open " + log_dir, errno);
 
+  std::optional<JobCgroup> cgroup;
+  try {
+    cgroup = job_cgroup(store, *job, attempt, pids_max);
+  } catch (const std::exception& e) {
+    // A root supervisor that cannot confine the job does not run it unconfined.
+    std::cerr << "rsub: supervisor: job " << id << ": " << e.what() << '\n';
+    AttemptEnd end;
+    end.exit_code = 126;
+    end.end_s = now_s();
+    store.end_attempt(id, attempt, end);
+    ::unlink(lock_path(dir, id, attempt).c_str());
+    wake_daemon(dir);
+    return 0;
+  }
+  const std::vector<std::string> environment = base_environment(store, id);
   std::vector<TaskLaunch> launches;
-  for (int t = 0; t < ntasks; ++t) launches.push_back(prepare(*job, t, log_dir));
+  for (int t = 0; t < ntasks; ++t) launches.push_back(prepare(*job, t, log_dir_fd.get(), environment));
   std::vector<pid_t> pids(static_cast<std::size_t>(ntasks), -1);
   pid_t group = 0;
   for (int t = 0; t < ntasks; ++t) {
     const pid_t pid = ::fork();
-    if (pid == 0) exec_task(launches[static_cast<std::size_t>(t)], group, *job);
+    if (pid == 0) exec_task(launches[static_cast<std::size_t>(t)], group, *job, cgroup ? &*cgroup : nullptr);
     if (pid < 0) break;  // the tasks started so far are ended below, and the attempt fails
     if (group == 0) group = pid;
     ::setpgid(pid, group);  // also here: whichever of parent and child runs first
     pids[static_cast<std::size_t>(t)] = pid;
   }
+  for (TaskLaunch& l : launches) l.out.reset(), l.err.reset();  // the tasks hold their logs
   // The task rows are a record, not the protocol: a store error here (a full disk) must
   // not leave the tasks unsupervised.
   auto record = [](const char* what, const std::function<void()>& fn) {
@@ -209,6 +276,7 @@ int run_shim(const std::string& dir, std::int64_t id, int attempt, int lock_fd, 
   };
   if (std::find(pids.begin(), pids.end(), -1) != pids.end()) end_group(AttemptEnd::How::Exited, 127, std::nullopt);
 
+  UniqueFd signals(::signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK));  // the blocked ones, polled
   const double t0 = monotonic();
   const std::optional<double> limit = job->spec.time_limit_s;
   int running = 0;
@@ -227,6 +295,8 @@ int run_shim(const std::string& dir, std::int64_t id, int attempt, int lock_fd, 
       if (WIFEXITED(status)) code = WEXITSTATUS(status);
       else sig = WTERMSIG(status);
       record("record a task's end", [&] { store.task_ended(id, attempt, static_cast<int>(t), code, sig, now_s()); });
+      // A task killed by SIGKILL in a group whose memory limit struck: OUT_OF_MEMORY.
+      if (sig == SIGKILL && cgroup && cgroup->oom_killed()) end_group(AttemptEnd::How::OutOfMemory, code, sig);
       if (code.value_or(1) != 0) end_group(sig ? AttemptEnd::How::Signaled : AttemptEnd::How::Exited, code, sig);
     }
     if (running == 0) break;
@@ -237,18 +307,36 @@ int run_shim(const std::string& dir, std::int64_t id, int attempt, int lock_fd, 
     if (wait_s <= 0) {
       if (!ending) {
         end_group(AttemptEnd::How::TimedOut, std::nullopt, std::nullopt);
-      } else if (group > 0) {
-        ::killpg(group, SIGKILL);
+      } else {
+        if (group > 0) ::killpg(group, SIGKILL);
+        if (cgroup) cgroup->kill_all(std::chrono::seconds(5));
         kill_at = monotonic() + 3600;
       }
       continue;
     }
-    timespec ts{static_cast<time_t>(wait_s), static_cast<long>((wait_s - double(time_t(wait_s))) * 1e9)};
-    siginfo_t info{};
-    const int sig = ::sigtimedwait(&mask, &info, &ts);
-    if (sig == SIGTERM || sig == SIGINT || sig == SIGHUP) end_group(AttemptEnd::How::Cancelled, std::nullopt, sig);
+    pollfd fds[2] = {{signals.get(), POLLIN, 0}, {cgroup ? cgroup->oom_fd() : -1, POLLIN, 0}};
+    ::poll(fds, 2, static_cast<int>(std::ceil(wait_s * 1000)));
+    if (fds[1].revents & POLLIN && cgroup->consume_oom_event())
+      end_group(AttemptEnd::How::OutOfMemory, std::nullopt, SIGKILL);  // the rest of the job goes too
+    signalfd_siginfo info{};
+    while (::read(signals.get(), &info, sizeof info) == ssize_t(sizeof info)) {
+      const int sig = static_cast<int>(info.ssi_signo);
+      if (sig == SIGTERM || sig == SIGINT || sig == SIGHUP) end_group(AttemptEnd::How::Cancelled, std::nullopt, sig);
+    }
   }
-  if (group > 0) ::killpg(group, SIGKILL);  // nothing of the job outlives its attempt
+  if (group > 0) ::killpg(group, SIGKILL);  // nothing of the job outlives its attempt:
+  if (cgroup) {                             // neither its process group nor what left it
+    cgroup->kill_all(std::chrono::seconds(10));
+    const CgroupUsage used = cgroup->usage();
+    end.cpu_s = used.cpu_s;
+    end.peak_memory_bytes = used.peak_memory_bytes;
+    if (used.oom_killed && end.how == AttemptEnd::How::Signaled) end.how = AttemptEnd::How::OutOfMemory;
+    try {
+      cgroup->remove();
+    } catch (const std::exception& e) {
+      std::cerr << "rsub: supervisor: job " << id << ": " << e.what() << '\n';
+    }
+  }
   if (!ending) end.how = AttemptEnd::How::Exited, end.exit_code = 0;
   end.end_s = now_s();
   // The end must be stored before the lock goes (else the job is LOST): keep trying for

@@ -265,7 +265,7 @@ class SlurmBackend final : public Backend {
   }
 
   BackendConfig c_;
-  BackendCall how_{fmt::format("slurm backend \"{}\"", c_.name), "Slurm", transient};
+  BackendCall how_{fmt::format("slurm backend \"{}\"", c_.name), "Slurm", transient, c_.run_as_uid};
 };
 
 }  // namespace
@@ -277,7 +277,8 @@ JobState slurm_state(std::string_view name) {
   if (name == "CANCELLED") return JobState::Cancelled;
   if (name == "TIMEOUT") return JobState::Timeout;
   if (name == "NODE_FAIL") return JobState::Lost;
-  if (name == "FAILED" || name == "OUT_OF_MEMORY" || name == "BOOT_FAIL" || name == "DEADLINE" ||
+  if (name == "OUT_OF_MEMORY") return JobState::OutOfMemory;
+  if (name == "FAILED" || name == "BOOT_FAIL" || name == "DEADLINE" ||
       name == "PREEMPTED" || name == "REVOKED" || name == "SPECIAL_EXIT")
     return JobState::Failed;
   return JobState::Running;  // RUNNING, COMPLETING, CONFIGURING, SUSPENDED, STAGE_OUT ...

@@ -21,7 +21,9 @@ namespace rkit::rsub {
 namespace {
 
 // 2: jobs.backend and jobs.remote_id (jobs on Slurm and Kubernetes backends).
-constexpr int kSchemaVersion = 2;
+// 3: jobs.environ (the submitter's environment, captured at submit), and what the job's
+//    cgroup measured (cpu_s, peak_memory_bytes).
+constexpr int kSchemaVersion = 3;
 
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS jobs(
@@ -34,7 +36,8 @@ CREATE TABLE IF NOT EXISTS jobs(
   submit_s REAL NOT NULL, eligible_s REAL NOT NULL, start_s REAL, end_s REAL,
   exit_code INTEGER, signal INTEGER, attempts INTEGER NOT NULL DEFAULT 0,
   alloc TEXT, host TEXT NOT NULL DEFAULT '', record_fields TEXT NOT NULL,
-  backend TEXT NOT NULL DEFAULT 'local', remote_id TEXT);
+  backend TEXT NOT NULL DEFAULT 'local', remote_id TEXT,
+  environ TEXT, cpu_s REAL, peak_memory_bytes INTEGER);
 CREATE INDEX IF NOT EXISTS jobs_active ON jobs(id) WHERE state IN ('PENDING', 'RUNNING');
 CREATE INDEX IF NOT EXISTS jobs_array ON jobs(array_parent) WHERE array_parent IS NOT NULL;
 CREATE INDEX IF NOT EXISTS jobs_remote ON jobs(backend, remote_id) WHERE remote_id IS NOT NULL;
@@ -51,10 +54,16 @@ constexpr const char* kMigrateFrom1 = R"sql(
 ALTER TABLE jobs ADD COLUMN backend TEXT NOT NULL DEFAULT 'local';
 ALTER TABLE jobs ADD COLUMN remote_id TEXT;
 )sql";
+// Version 2 stores: the columns that version 3 added.
+constexpr const char* kMigrateFrom2 = R"sql(
+ALTER TABLE jobs ADD COLUMN environ TEXT;
+ALTER TABLE jobs ADD COLUMN cpu_s REAL;
+ALTER TABLE jobs ADD COLUMN peak_memory_bytes INTEGER;
+)sql";
 
 constexpr const char* kJobColumns =
     "id, array_parent, array_index, spec, user, uid, state, reason, held, cancel_requested, submit_s, eligible_s, "
-    "start_s, end_s, exit_code, signal, attempts, alloc, host, record_fields, backend, remote_id";
+    "start_s, end_s, exit_code, signal, attempts, alloc, host, record_fields, backend, remote_id, cpu_s, peak_memory_bytes";
 
 [[noreturn]] void fail(sqlite3* db, std::string_view what) {
   const int code = sqlite3_extended_errcode(db);
@@ -186,6 +195,7 @@ Store::Store(const std::string& dir) : dir_(dir) {
         again.reset();
         if (now >= kSchemaVersion) return;
         if (now == 1) exec(kMigrateFrom1);
+        if (now >= 1 && now <= 2) exec(kMigrateFrom2);
         exec(kSchema);
         exec(fmt::format("PRAGMA user_version={}", kSchemaVersion).c_str());
       });
@@ -236,14 +246,17 @@ void Store::transaction(const std::function<void()>& fn) {
   }
 }
 
-std::vector<std::int64_t> Store::submit(const JobSpec& spec, const Submitter& who, double now) {
+std::vector<std::int64_t> Store::submit(const JobSpec& spec, const Submitter& who, double now,
+                                        const std::vector<std::string>& environment) {
   std::vector<std::int64_t> ids;
   const std::string spec_json = spec.to_json().dump();
   const std::string fields = spec_record_fields(spec);
+  const std::optional<std::string> environ_json =
+      environment.empty() ? std::nullopt : std::optional<std::string>(Json(environment).dump());
   transaction([&] {
     Stmt& insert = stmt(
         "INSERT INTO jobs(array_parent, array_index, name, tenant, user, uid, spec, state, reason, held, submit_s, "
-        "eligible_s, record_fields, backend) VALUES(?, ?, ?, ?, ?, ?, ?, 'PENDING', ?, ?, ?, ?, ?, ?)");
+        "eligible_s, record_fields, backend, environ) VALUES(?, ?, ?, ?, ?, ?, ?, 'PENDING', ?, ?, ?, ?, ?, ?, ?)");
     auto add = [&](std::optional<std::int64_t> parent, std::optional<int> index) {
       insert.reset()
           .bind(parent)
@@ -259,6 +272,7 @@ std::vector<std::int64_t> Store::submit(const JobSpec& spec, const Submitter& wh
           .bind(now)
           .bind(fields)
           .bind(spec.backend)
+          .bind(environ_json)
           .run();
       ids.push_back(sqlite3_last_insert_rowid(db_));
     };
@@ -300,7 +314,19 @@ JobRecord Store::read_job(Stmt& s, bool light) {
   r.record_fields = s.text(19);
   r.backend = s.text(20);
   r.remote_id = s.text(21);
+  r.cpu_s = s.opt<double>(22);
+  r.peak_memory_bytes = s.opt<std::int64_t>(23);
   return r;
+}
+
+std::optional<std::vector<std::string>> Store::environment(std::int64_t id) {
+  Stmt& s = stmt("SELECT environ FROM jobs WHERE id = ?");
+  Stmt::Finish finish{s};
+  s.bind(id);
+  if (!s.step() || s.null(0)) return std::nullopt;
+  std::vector<std::string> out;
+  for (const Json& kv : parse_json(s.text(0), fmt::format("job {} environment", id))) out.push_back(kv.get<std::string>());
+  return out;
 }
 
 std::optional<JobRecord> Store::job(std::int64_t id) {
@@ -547,13 +573,16 @@ JobState Store::end_attempt(std::int64_t id, int attempt, const AttemptEnd& end)
     if (job->cancel_requested && (end.how == AttemptEnd::How::Cancelled || t.state == JobState::Pending))
       t = {JobState::Cancelled, job->reason, std::nullopt};
     stmt("UPDATE jobs SET state = ?, reason = ?, end_s = ?, exit_code = ?, signal = ?, eligible_s = ?, "
-         "cancel_requested = 0 WHERE id = ?")
+         "cancel_requested = 0, cpu_s = ?, peak_memory_bytes = ? WHERE id = ?")
         .bind(state_name(t.state))
         .bind(t.reason)
         .bind(end.end_s)
         .bind(end.exit_code)
         .bind(end.signal)
         .bind(t.retry_at_s.value_or(job->eligible_s))
+        .bind(end.cpu_s)
+        .bind(end.peak_memory_bytes ? std::optional<std::int64_t>(static_cast<std::int64_t>(*end.peak_memory_bytes))
+                                    : std::nullopt)
         .bind(id)
         .run();
     result = t.state;
@@ -683,6 +712,8 @@ Transition after_attempt(const JobSpec& spec, int attempts_made, const AttemptEn
       return {JobState::Cancelled, "cancelled", std::nullopt};
     case How::TimedOut:
       return {JobState::Timeout, "TimeLimit", std::nullopt};
+    case How::OutOfMemory:  // not retried: the same limit would kill it again
+      return {JobState::OutOfMemory, "OutOfMemory: over its memory limit, killed by the kernel", std::nullopt};
     case How::Exited:
       if (end.exit_code.value_or(0) == 0) return {JobState::Completed, "", std::nullopt};
       t = {JobState::Failed, fmt::format("NonZeroExitCode {}", *end.exit_code), std::nullopt};

@@ -61,6 +61,9 @@ struct JobRecord {
   // a job not from the store). A light read (JobFilter::light) fills these, not spec and
   // alloc, so that listing many jobs parses nothing.
   std::string record_fields, alloc_text;
+  // What the job's cgroup measured over its last attempt (local jobs under a root daemon).
+  std::optional<double> cpu_s;
+  std::optional<std::int64_t> peak_memory_bytes;
   std::string backend = "local";  // where it runs: "local" or a configured backend's name
   std::string remote_id;          // that backend's id ("1234", "1234_5"); empty for local jobs
 
@@ -83,11 +86,13 @@ struct JobFilter {
 
 // How one attempt of a job ended, as its supervisor saw it.
 struct AttemptEnd {
-  enum class How { Exited, Signaled, TimedOut, Cancelled };
+  enum class How { Exited, Signaled, TimedOut, Cancelled, OutOfMemory };
   How how = How::Exited;
   std::optional<int> exit_code;  // the first failing task's (or 0)
   std::optional<int> signal;
   double end_s = 0;
+  std::optional<double> cpu_s = std::nullopt;        // the cgroup's measure, when there was one
+  std::optional<std::uint64_t> peak_memory_bytes = std::nullopt;
 };
 
 class Store {
@@ -105,7 +110,11 @@ class Store {
   // Stores the job (an array: one job per index, all in one transaction) and returns the
   // ids. PENDING, or PENDING and held when spec.hold. A job already submitted to a remote
   // backend (spec.backend) is stored with it, and learns its ids there with set_remote_ids.
-  std::vector<std::int64_t> submit(const JobSpec& spec, const Submitter& who, double now);
+  // `environment`: the submitter's ("K=V"), kept for the job's tasks (environment()).
+  std::vector<std::int64_t> submit(const JobSpec& spec, const Submitter& who, double now,
+                                   const std::vector<std::string>& environment = {});
+  // The environment captured at submit; nullopt for a job stored without one.
+  std::optional<std::vector<std::string>> environment(std::int64_t id);
   std::optional<JobRecord> job(std::int64_t id);
   // "12" (a job, or every element of array 12), "12_3" (one element), "slurm:1234" (by
   // the backend's id, also an array's), "slurm:1234_5". Empty when unknown; Error(Usage)

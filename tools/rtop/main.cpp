@@ -76,7 +76,7 @@ int main(int argc, char** argv) {
       so.quiet = opts.quiet;
       if (so.queue) {
         so.rsub_program = rkit_program("rsub");
-        so.rsub_config = rsub_config_text(tool.config());
+        so.rsub_config = tool.config().path;
         so.prices = serve_prices(tool.config(), serve_cmd->count("--prices") ? std::optional(prices) : std::nullopt);
       }
       InterruptGuard guard;  // SIGINT, SIGTERM, SIGHUP stop the server; then rtop ends of that signal

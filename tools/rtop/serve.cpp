@@ -231,17 +231,6 @@ std::vector<MetricFamily> queue_families(const QueueSummary& queue, const PriceS
 
 // --- options ----------------------------------------------------------------------------
 
-std::string rsub_config_text(const Config& config) {
-  const std::optional<std::string> dir = config.get_string("rsub.state_dir");
-  if (!dir) return {};
-  toml::table rsub;
-  rsub.insert("state_dir", *dir);
-  toml::table root;
-  root.insert("rsub", std::move(rsub));
-  std::ostringstream out;
-  out << root << '\n';
-  return out.str();
-}
 
 std::optional<PriceSheet> serve_prices(const Config& config, const std::optional<std::string>& flag) {
   std::string path;
@@ -307,15 +296,17 @@ void Exporter::warn(const std::string& source, const std::string& error) {
 
 std::optional<std::vector<Json>> Exporter::read_queue(double timeout_s, std::string& error) {
   SpawnOptions so;
-  // The configuration rsub gets names only its job store: no backends, so that ls never
-  // waits on Slurm or Kubernetes to refresh remote states (those jobs are skipped).
-  so.argv = {opt_.rsub_program, "--config", "/dev/stdin", "-q", "ls", "--json"};
-  so.in = Redirect::pipe();
+  // rsub finds its daemon (and so the job store) as a user's `rsub ls` would, with rtop's
+  // configuration; --cached: remote jobs as last read, so that a scrape never waits on
+  // Slurm or Kubernetes.
+  so.argv = {opt_.rsub_program, "-q", "ls", "--json", "--cached"};
+  if (!opt_.rsub_config.empty()) so.argv.insert(so.argv.begin() + 1, {"--config", opt_.rsub_config});
+  so.in = Redirect::null();
   so.out = Redirect::pipe();
   so.err = Redirect::pipe();
   RunResult r;
   try {
-    r = run(so, timeout_s, 0.5, opt_.rsub_config);
+    r = run(so, timeout_s, 0.5);
   } catch (const Error& e) {
     error = e.what();
     return std::nullopt;

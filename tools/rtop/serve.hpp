@@ -108,16 +108,12 @@ struct ServeOptions {
   bool use_nvml = true;
   bool queue = true;                  // run rsub ls at each scrape
   std::string rsub_program = "rsub";  // rkit_program("rsub")
-  std::string rsub_config;            // TOML given to rsub as its configuration (rsub.state_dir)
+  std::string rsub_config;            // the configuration file rsub gets (rtop's own; "" for rsub's default)
   double queue_timeout_s = 5;
   std::optional<PriceSheet> prices;
   bool quiet = false;  // no warnings on stderr
 };
 
-// The configuration serve hands rsub (TOML): its rsub.state_dir when `config` sets one,
-// else nothing, so that rsub finds the same job store as a user's `rsub ls` would, and
-// no backends, so that it never waits on one.
-std::string rsub_config_text(const Config& config);
 
 // The price sheet of the cost metric: `flag` (--prices) when given, else rcost.prices
 // of the configuration, else its rsub.auto.prices (a relative path is relative to the

@@ -1,0 +1,188 @@
+// File: rsub/server.cpp — the daemon's request server (server.hpp).
+#include "server.hpp"
+
+#include <fmt/format.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <iostream>
+
+#include "commands.hpp"
+#include "protocol.hpp"
+#include "rkit/error.hpp"
+#include "rkit/jsonl.hpp"
+
+namespace rkit::rsub {
+
+SettingsSource::SettingsSource(Settings initial)
+    : settings_(std::make_shared<const Settings>(std::move(initial))) {
+  stamp_ = stamp();
+}
+
+std::string SettingsSource::stamp() const {
+  const std::string& path = settings_->config_path;
+  struct stat st {};
+  if (path.empty() || ::stat(path.c_str(), &st) != 0) return {};
+  return fmt::format("{}:{}:{}.{}", st.st_ino, st.st_size, st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
+}
+
+std::shared_ptr<const Settings> SettingsSource::current() {
+  std::lock_guard lock(mu_);
+  reload_if_changed();
+  return settings_;
+}
+
+void SettingsSource::reload_if_changed() {
+  const std::string now = stamp();
+  if (now == stamp_) return;
+  stamp_ = now;
+  try {
+    settings_ = std::make_shared<const Settings>(load_settings(load_config(settings_->config_path)));
+  } catch (const std::exception& e) {
+    std::cerr << "rsub daemon: " << settings_->config_path << " changed and does not load: " << e.what()
+              << " (keeping the settings it had)\n";
+  }
+}
+
+std::shared_ptr<const Settings> SettingsSource::use(const std::string& path) {
+  std::lock_guard lock(mu_);
+  if (path == settings_->config_path) {
+    reload_if_changed();
+  } else {
+    settings_ = std::make_shared<const Settings>(load_settings(load_config(path)));
+    stamp_ = stamp();
+  }
+  return settings_;
+}
+
+RequestServer::RequestServer(int listen_fd, SettingsSource& settings, std::function<void()> wake, bool personal)
+    : listen_fd_(listen_fd),
+      stop_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
+      settings_(settings),
+      wake_(std::move(wake)),
+      personal_(personal) {
+  if (stop_fd_ < 0) throw system_error("eventfd", errno);
+}
+
+RequestServer::~RequestServer() {
+  if (!stop()) std::abort();  // threads still use this server
+  ::close(stop_fd_);
+  ::close(listen_fd_);
+}
+
+void RequestServer::start() { acceptor_ = std::thread([this] { accept_loop(); }); }
+
+bool RequestServer::stop() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+    for (int fd : open_) ::shutdown(fd, SHUT_RDWR);  // their reads and writes end now
+  }
+  const std::uint64_t one = 1;
+  [[maybe_unused]] auto n = ::write(stop_fd_, &one, sizeof one);
+  if (acceptor_.joinable()) acceptor_.join();
+  // Requests still in a store call finish it; the process may end meanwhile.
+  std::unique_lock lock(mu_);
+  return idle_.wait_for(lock, std::chrono::seconds(5), [this] { return open_.empty(); });
+}
+
+void RequestServer::accept_loop() {
+  for (;;) {
+    pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {stop_fd_, POLLIN, 0}};
+    if (::poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      return;
+    }
+    if (fds[1].revents) return;
+    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EMFILE || errno == ENFILE) ::poll(nullptr, 0, 50);  // let connections end first
+      continue;
+    }
+    Peer peer;
+    try {
+      peer = peer_of(fd);
+    } catch (const Error&) {
+      ::close(fd);
+      continue;
+    }
+    // A personal daemon serves its user alone (and root, who may do anything anyway).
+    if (personal_ && peer.uid != ::geteuid() && peer.uid != 0) {
+      const int code = static_cast<int>(Exit::NoPerm);
+      const std::string line = "rsub: error: this rsub daemon is another user's: it serves its own user only\n";
+      write_frame(fd, 'e', line.data(), line.size());
+      write_frame(fd, 'x', &code, sizeof code);
+      ::close(fd);
+      continue;
+    }
+    {
+      std::lock_guard lock(mu_);
+      int& mine = per_user_[peer.uid];
+      if (stopping_ || static_cast<int>(open_.size()) >= kMaxConnections || mine >= kMaxConnectionsPerUser) {
+        const int code = static_cast<int>(Exit::TempFail);
+        const std::string line = stopping_ ? "rsub: error: the rsub daemon is stopping\n"
+                                           : "rsub: error: the rsub daemon is serving too many requests: try again\n";
+        write_frame(fd, 'e', line.data(), line.size());
+        write_frame(fd, 'x', &code, sizeof code);
+        ::close(fd);
+        continue;
+      }
+      ++mine;
+      open_.insert(fd);
+    }
+    std::thread([this, fd, peer] {
+      serve(fd, peer.uid, peer.groups);
+      std::lock_guard lock(mu_);
+      open_.erase(fd);
+      if (--per_user_[peer.uid] == 0) per_user_.erase(peer.uid);
+      ::close(fd);
+      idle_.notify_all();
+    }).detach();
+  }
+}
+
+void RequestServer::serve(int fd, uid_t uid, const std::vector<gid_t>& groups) {
+  std::string payload;
+  try {
+    const auto kind = read_frame(fd, payload, kMaxRequestBytes, std::chrono::steady_clock::now() + kRequestDeadline);
+    if (!kind || *kind != 'q') return;
+  } catch (const Error&) {  // silent, torn or oversized: nothing to answer
+    return;
+  }
+  FrameBuf out_buf(fd, 'o'), err_buf(fd, 'e');
+  std::ostream out(&out_buf), err(&err_buf);
+  Context ctx;
+  ctx.me = user_of(uid);
+  ctx.groups = groups;
+  ctx.out = &out;
+  ctx.err = &err;
+  ctx.wake = wake_;
+  ctx.gone = [fd] {
+    pollfd p{fd, POLLRDHUP, 0};
+    return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+  };
+  int code = 0;
+  bool verbose = false;
+  try {
+    const Json request = parse_json(payload, "request");
+    verbose = request.is_object() && request.value("verbose", false);
+    // A personal daemon follows its user's configuration; a shared one keeps its own.
+    const std::string config = request.is_object() ? request.value("config", std::string()) : std::string();
+    ctx.settings = personal_ && !config.empty() ? *settings_.use(config) : *settings_.current();
+    code = handle_request(ctx, request);
+  } catch (const std::exception& e) {
+    out.flush();
+    code = report_error("rsub", e, err, verbose);
+  }
+  out.flush();
+  err.flush();
+  write_frame(fd, 'x', &code, sizeof code);
+}
+
+}  // namespace rkit::rsub
