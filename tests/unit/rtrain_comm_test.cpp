@@ -76,7 +76,8 @@ void run_ranks(int world, const std::function<void(Communicator&)>& body,
 
 // --- DistEnv --------------------------------------------------------------------------
 
-const std::vector<std::string> kDistVars = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"};
+const std::vector<std::string> kDistVars = {"RANK",        "WORLD_SIZE",      "LOCAL_RANK",          "MASTER_ADDR",
+                                            "MASTER_PORT", "RKIT_RUN_SECRET", "RKIT_RUN_SECRET_FILE"};
 
 TEST(RtrainCommEnv, NoRankMeansOneRank) {
   rkit::testing::EnvGuard env(kDistVars);
@@ -90,6 +91,7 @@ TEST(RtrainCommEnv, NoRankMeansOneRank) {
 
 TEST(RtrainCommEnv, ReadsTorchrunVariables) {
   rkit::testing::EnvGuard env(kDistVars);
+  env.set("RKIT_RUN_SECRET", "a-secret-of-the-run-0123456789");
   env.set("RANK", "3");
   env.set("WORLD_SIZE", "4");
   env.set("LOCAL_RANK", "1");
@@ -101,6 +103,31 @@ TEST(RtrainCommEnv, ReadsTorchrunVariables) {
   EXPECT_EQ(d.local_rank, 1);
   EXPECT_EQ(d.master_addr, "node7");
   EXPECT_EQ(d.master_port, 1234);
+  ASSERT_TRUE(d.secret.has_value());
+  EXPECT_EQ(d.secret->text(), "a-secret-of-the-run-0123456789");
+}
+
+// Without a secret the store is open to this user's processes on loopback only: a
+// MASTER_ADDR other ranks would reach over the network needs the run's secret.
+TEST(RtrainCommEnv, NoSecretOnlyOnLoopback) {
+  rkit::testing::EnvGuard env(kDistVars);
+  for (const auto& v : kDistVars) env.unset(v);
+  env.set("RANK", "0");
+  env.set("WORLD_SIZE", "2");
+  env.set("MASTER_ADDR", "127.0.0.1");
+  EXPECT_FALSE(DistEnv::from_env().secret.has_value());
+  env.set("MASTER_ADDR", "192.0.2.7");
+  const Error e = error_of([] { DistEnv::from_env(); });
+  EXPECT_EQ(e.code(), Exit::Usage);
+  EXPECT_EQ(std::string(e.what()), "MASTER_ADDR=192.0.2.7 is not a loopback address, and there is no run secret");
+  env.set("RKIT_RUN_SECRET", "short");
+  EXPECT_EQ(error_of([] { DistEnv::from_env(); }).code(), Exit::Usage);
+  env.set("RKIT_RUN_SECRET", "long-enough-secret-for-a-run");
+  EXPECT_TRUE(DistEnv::from_env().secret.has_value());
+  // One rank talks to nobody: no secret needed.
+  env.unset("RKIT_RUN_SECRET");
+  env.set("WORLD_SIZE", "1");
+  EXPECT_NO_THROW(DistEnv::from_env());
 }
 
 TEST(RtrainCommEnv, RejectsMalformedValues) {
@@ -132,80 +159,6 @@ TEST(RtrainCommEnv, RejectsMalformedValues) {
     EXPECT_EQ(e.code(), Exit::Usage) << c.message;
     EXPECT_EQ(std::string(e.what()), c.message);
   }
-}
-
-// --- TcpStore -------------------------------------------------------------------------
-
-TEST(RtrainCommStore, SetGetWaitAcrossClients) {
-  TcpStore host("127.0.0.1", 0, true, 2000ms);
-  ASSERT_GT(host.port(), 0);
-  TcpStore client("127.0.0.1", host.port(), false, 2000ms);
-  host.set("a", {'x', 'y'});
-  EXPECT_EQ(client.get("a"), (std::vector<char>{'x', 'y'}));
-  client.set("empty", {});
-  EXPECT_EQ(host.get("empty"), std::vector<char>{});
-  client.set("a", {'z'});  // overwrites
-  EXPECT_EQ(host.get("a"), std::vector<char>{'z'});
-  std::vector<char> big(1 << 20);
-  std::iota(big.begin(), big.end(), 0);
-  host.set("big", big);
-  EXPECT_EQ(client.get("big"), big);
-
-  // get and wait block until another client sets the key.
-  auto later = std::async(std::launch::async, [&] {
-    std::this_thread::sleep_for(50ms);
-    TcpStore other("127.0.0.1", host.port(), false, 2000ms);
-    other.set("late", {'1'});
-  });
-  client.wait({"a", "late"});
-  EXPECT_EQ(client.get("late"), std::vector<char>{'1'});
-  later.get();
-}
-
-TEST(RtrainCommStore, GetOfAMissingKeyTimesOutQuickly) {
-  TcpStore host("127.0.0.1", 0, true, 2000ms);
-  TcpStore client("127.0.0.1", host.port(), false, 150ms);
-  const auto start = Clock::now();
-  const Error e = error_of([&] { client.get("never"); });
-  EXPECT_EQ(e.code(), Exit::Unavailable);
-  EXPECT_NE(std::string(e.what()).find("timed out"), std::string::npos) << e.what();
-  EXPECT_NE(std::string(e.what()).find("'never'"), std::string::npos) << e.what();
-  EXPECT_LT(seconds_since(start), 1.0);
-  EXPECT_EQ(error_of([&] { client.wait({"never"}, 50ms); }).code(), Exit::Unavailable);
-  // The connection was reset; the next request reconnects and gets its own answer.
-  host.set("k", {'v'});
-  EXPECT_EQ(client.get("k"), std::vector<char>{'v'});
-}
-
-TEST(RtrainCommStore, ClientGivesUpWhenNoHostListens) {
-  const int port = free_port();
-  const auto start = Clock::now();
-  const Error e = error_of([&] { TcpStore client("127.0.0.1", port, false, 200ms); });
-  EXPECT_EQ(e.code(), Exit::Unavailable);
-  EXPECT_NE(std::string(e.what()).find(std::to_string(port)), std::string::npos) << e.what();
-  EXPECT_GE(seconds_since(start), 0.15);
-  EXPECT_LT(seconds_since(start), 1.5);
-}
-
-TEST(RtrainCommStore, ClientWaitsForALateHost) {
-  const int port = free_port();
-  auto host = std::async(std::launch::async, [port] {
-    std::this_thread::sleep_for(100ms);
-    auto h = std::make_unique<TcpStore>("127.0.0.1", port, true, 2000ms);
-    h->set("up", {'1'});
-    return h;
-  });
-  TcpStore client("127.0.0.1", port, false, 3000ms);
-  EXPECT_EQ(client.get("up"), std::vector<char>{'1'});
-  auto h = host.get();
-  h.reset();  // the host goes: the client's next request fails instead of hanging
-  EXPECT_EQ(error_of([&] { client.get("up"); }).code(), Exit::Unavailable);
-}
-
-TEST(RtrainCommStore, PortInUseIsUnavailable) {
-  TcpStore host("127.0.0.1", 0, true, 1000ms);
-  const Error e = error_of([&] { TcpStore second("127.0.0.1", host.port(), true, 1000ms); });
-  EXPECT_EQ(e.code(), Exit::Unavailable);
 }
 
 // --- Communicator ---------------------------------------------------------------------

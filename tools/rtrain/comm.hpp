@@ -20,21 +20,27 @@
 // the sum, the same way everywhere). A peer that dies or stalls past the timeout surfaces
 // as an rkit::Error (Unavailable) from the next blocking call on the caller's thread.
 //
+// Rank 0's store (tcp_store.hpp) listens on MASTER_ADDR only and serves only the ranks that
+// prove the run's secret (the key "workers" of RKIT_RUN_SECRET, which rtrain launch
+// hands its workers); without a secret (torchrun), only ranks of this user on loopback.
+//
 // Addresses: Gloo's TCP device binds 127.0.0.1 when MASTER_ADDR is a loopback address
 // (all ranks on this machine), else the address of this host's name (gethostname(2)),
 // unless GLOO_SOCKET_IFNAME names an interface to use (as in PyTorch).
 #pragma once
-
-#include <gloo/rendezvous/store.h>
 
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "run_secret.hpp"
+#include "tcp_store.hpp"
 
 namespace rkit::rtrain {
 
@@ -43,60 +49,18 @@ struct DistEnv {
   int rank = 0, world = 1, local_rank = 0;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
+  // The run's secret (RKIT_RUN_SECRET, else RKIT_RUN_SECRET_FILE); none: the same-user
+  // mode of tcp_store.hpp, on a loopback MASTER_ADDR only.
+  std::optional<RunSecret> secret;
 
-  // Reads RANK, WORLD_SIZE, LOCAL_RANK (default 0), MASTER_ADDR (default 127.0.0.1) and
-  // MASTER_PORT (default 29500, 1 to 65535). Neither RANK nor WORLD_SIZE set: one rank.
+  // Reads RANK, WORLD_SIZE, LOCAL_RANK (default 0), MASTER_ADDR (default 127.0.0.1),
+  // MASTER_PORT (default 29500, 1 to 65535) and, for more than one rank, the secret.
+  // Neither RANK nor WORLD_SIZE set: one rank.
   // Error(Usage) on a malformed value ("RANK='x' is not a non-negative integer"), only one
-  // of RANK and WORLD_SIZE set, WORLD_SIZE < 1, RANK >= WORLD_SIZE or LOCAL_RANK >= WORLD_SIZE.
+  // of RANK and WORLD_SIZE set, WORLD_SIZE < 1, RANK >= WORLD_SIZE or LOCAL_RANK >= WORLD_SIZE,
+  // or, for more than one rank, no secret while MASTER_ADDR is not a loopback address;
+  // the errors of RunSecret::from_env for a bad secret.
   static DistEnv from_env();
-};
-
-// A key-value store for Gloo's rendezvous over TCP, like torch's TCPStore: the host (rank
-// 0) listens on `port` on every interface (SO_REUSEADDR) and serves all clients from one
-// thread; every rank is a client, the host's own over loopback. Wire format, one request
-// at a time per connection, lengths as little-endian u32:
-//   'S' key value → 0            set (overwrites)
-//   'G' key       → 0 value      get, answered once the key exists
-//   'W' n key...  → 0            wait, answered once all keys exist
-// Keys up to 4 KiB, values up to 256 MiB; a malformed request closes the connection.
-// Thread-safe (requests are serialised).
-class TcpStore : public gloo::rendezvous::Store {
- public:
-  // Host: binds and listens now (port 0: a free port, see port()); Error(Unavailable) when
-  // the port cannot be bound. Client: connects now, retrying until `timeout` (the host
-  // may start later); Error(Unavailable) naming host:port when it cannot. `timeout` is
-  // also the limit of every later get/wait that does not give its own.
-  TcpStore(const std::string& host, int port, bool is_host, std::chrono::milliseconds timeout);
-  ~TcpStore() override;  // stops the server thread (host); closes the connection
-  TcpStore(const TcpStore&) = delete;
-  TcpStore& operator=(const TcpStore&) = delete;
-
-  // The port the host listens on (the bound one when constructed with 0), or the client's target.
-  int port() const { return port_; }
-
-  // All three: Error(Unavailable, "store HOST:PORT: get 'k': timed out after 300 ms") when the
-  // timeout passes (the connection is then reset: the next call reconnects) or the host is
-  // gone; Error(Software) for a key or value over the limits.
-  void set(const std::string& key, const std::vector<char>& data) override;
-  // The key's value, once some client has set it.
-  std::vector<char> get(const std::string& key) override;
-  // Returns once all the keys exist.
-  void wait(const std::vector<std::string>& keys) override;
-  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override;
-
- private:
-  class Server;
-  void request(const std::vector<char>& msg, bool with_value, std::vector<char>* value,
-               std::chrono::milliseconds timeout, const std::string& what);
-  void connect_locked(std::chrono::steady_clock::time_point deadline);
-  void close_locked();
-
-  std::string host_;
-  int port_;
-  std::chrono::milliseconds timeout_;
-  std::unique_ptr<Server> server_;
-  std::mutex mu_;
-  int fd_ = -1;  // the client connection; -1 after a timeout left a reply pending (reconnects)
 };
 
 // Time one step's gradient all-reduce took.
@@ -125,11 +89,12 @@ class Communicator {
  public:
   // world == 1: no store, no sockets, every collective is a no-op that costs nothing
   // (all-reduce and broadcast leave the data as it is; the bucket scale still applies).
-  // Else rank 0 hosts the TcpStore on env.master_port, every rank connects to it (waiting
-  // up to `timeout` for rank 0) and to every other rank. `timeout` also bounds every
+  // Else rank 0 hosts the TcpStore on env.master_addr:env.master_port, every rank connects
+  // to it (waiting up to `timeout` for rank 0) and to every other rank. `timeout` also bounds every
   // collective: a peer silent for that long is an error, never a hang.
   // Error(Usage) for a rank outside [0, world) or, world > 1, a master_port outside 1 to 65535;
-  // Error(Unavailable) when the store or a peer cannot be reached in time.
+  // Error(Unavailable) when the store or a peer cannot be reached in time; Error(NoPerm)
+  // when the store and this rank do not share the secret.
   static std::unique_ptr<Communicator> connect(const DistEnv& env, std::chrono::milliseconds timeout);
 
   // Joins the worker thread (a collective in flight finishes or times out; queued ones
