@@ -179,6 +179,12 @@ std::optional<JobCgroup> job_cgroup(Store& store, const JobRecord& job, int atte
   }
   std::sort(limits.cpus.begin(), limits.cpus.end());
   limits.cpus.erase(std::unique(limits.cpus.begin(), limits.cpus.end()), limits.cpus.end());
+  // Only CPUs this machine has ([local] cpus may claim more): none of them, no cpuset,
+  // as the affinity of such a task is left alone too.
+  cpu_set_t online;
+  CPU_ZERO(&online);
+  if (::sched_getaffinity(0, sizeof online, &online) == 0)
+    std::erase_if(limits.cpus, [&](int c) { return c < 0 || c >= CPU_SETSIZE || !CPU_ISSET(c, &online); });
   if (job.spec.resources.memory_bytes > 0)
     limits.memory_bytes = job.spec.resources.memory_bytes * static_cast<std::uint64_t>(job.spec.resources.tasks);
   if (pids_max > 0) limits.pids_max = pids_max;
