@@ -6,14 +6,30 @@ bats_require_minimum_version 1.5.0
 setup() {
   load helpers
   cd "$BATS_TEST_TMPDIR"
+  # The run's secret that the agents of several nodes share (--secret-file).
+  (umask 077 && head -c 32 /dev/urandom | base64 >secret)
 }
 
 @test "workers get torchrun's environment; output is prefixed with the rank and logged per attempt" {
   run -0 rtrain launch --nproc-per-node 2 --max-restarts 3 --run-id r1 --log-dir logs -- sh -c \
     'echo "$RANK $LOCAL_RANK $GROUP_RANK $ROLE_RANK $ROLE_NAME $LOCAL_WORLD_SIZE $WORLD_SIZE $GROUP_WORLD_SIZE $ROLE_WORLD_SIZE $MASTER_ADDR $MASTER_PORT $TORCHELASTIC_RESTART_COUNT $TORCHELASTIC_MAX_RESTARTS $TORCHELASTIC_RUN_ID $OMP_NUM_THREADS"'
-  assert_line "[0]: 0 0 0 0 default 2 2 1 2 127.0.0.1 29500 0 3 r1 1"
-  assert_line "[1]: 1 1 0 1 default 2 2 1 2 127.0.0.1 29500 0 3 r1 1"
-  assert_equal "$(cat logs/attempt-0.rank-1.out)" "1 1 0 1 default 2 2 1 2 127.0.0.1 29500 0 3 r1 1"
+  # MASTER_PORT: a port free when the run started (torchrun's --master-port 0), the same for both.
+  port=$(sed -n 's/^\[0\]: 0 0 0 0 default 2 2 1 2 127\.0\.0\.1 \([0-9]*\) 0 3 r1 1$/\1/p' <<<"$output")
+  ((port > 0))
+  assert_line "[1]: 1 1 0 1 default 2 2 1 2 127.0.0.1 $port 0 3 r1 1"
+  assert_equal "$(cat logs/attempt-0.rank-1.out)" "1 1 0 1 default 2 2 1 2 127.0.0.1 $port 0 3 r1 1"
+}
+
+@test "workers get a secret of the run (RKIT_RUN_SECRET), a new one each run; the heartbeat folder is private and fresh" {
+  run -0 rtrain launch --nproc-per-node 2 -- sh -c 'echo "$RKIT_RUN_SECRET $(stat -c %a "$(dirname "$RKIT_HEARTBEAT_FILE")")"'
+  first=$(sed -n 's/^\[0\]: //p' <<<"$output")
+  [[ $first =~ ^[0-9a-f]{64}\ 700$ ]]
+  assert_line "[1]: $first"
+  run -0 rtrain launch -- sh -c 'echo "$RKIT_RUN_SECRET"'
+  refute_line "[0]: ${first% *}"
+  # One given in the environment is the one the workers get.
+  RKIT_RUN_SECRET=given-secret-of-this-run run -0 rtrain launch -- sh -c 'echo "$RKIT_RUN_SECRET"'
+  assert_line "[0]: given-secret-of-this-run"
 }
 
 @test "--master-port 0 picks a free port; OMP_NUM_THREADS set by the user is kept" {
@@ -94,10 +110,10 @@ free_port() { /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("
 
 @test "two agents on loopback: node 0 hosts the rendezvous; ranks, world and port agree" {
   port=$(free_port)
-  rtrain launch --nnodes 2 --node-rank 1 --nproc-per-node 2 --master-port "$port" -- \
+  rtrain launch --nnodes 2 --node-rank 1 --secret-file secret --nproc-per-node 2 --master-port "$port" -- \
     sh -c 'echo "$RANK/$WORLD_SIZE local $LOCAL_RANK node $GROUP_RANK/$GROUP_WORLD_SIZE $MASTER_ADDR:$MASTER_PORT"' >node1.out 2>&1 &
   node1=$!
-  run -0 rtrain launch --nnodes 2 --node-rank 0 --nproc-per-node 2 --master-port "$port" -- \
+  run -0 rtrain launch --nnodes 2 --node-rank 0 --secret-file secret --nproc-per-node 2 --master-port "$port" -- \
     sh -c 'echo "$RANK/$WORLD_SIZE local $LOCAL_RANK node $GROUP_RANK/$GROUP_WORLD_SIZE $MASTER_ADDR:$MASTER_PORT"'
   wait "$node1"
   workers=$(sed -n 's/^\[0\]: 0\/4 local 0 node 0\/2 //p' <<<"$output")
@@ -110,9 +126,9 @@ free_port() { /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("
 @test "two agents: a worker killed on node 1 restarts both nodes' workers; the run finishes on both" {
   port=$(free_port)
   script='if [ "$TORCHELASTIC_RESTART_COUNT" = 0 ] && [ "$RANK" = 1 ]; then kill -9 $$; fi; sleep 0.3; echo "rank $RANK gen $TORCHELASTIC_RESTART_COUNT"'
-  rtrain launch --nnodes 2 --node-rank 1 --master-port "$port" --max-restarts 1 -- sh -c "$script" >node1.out 2>&1 &
+  rtrain launch --nnodes 2 --node-rank 1 --secret-file secret --master-port "$port" --max-restarts 1 -- sh -c "$script" >node1.out 2>&1 &
   node1=$!
-  run -0 rtrain launch --nnodes 2 --node-rank 0 --master-port "$port" --max-restarts 1 --events events.jsonl -- sh -c "$script"
+  run -0 rtrain launch --nnodes 2 --node-rank 0 --secret-file secret --master-port "$port" --max-restarts 1 --events events.jsonl -- sh -c "$script"
   wait "$node1"
   assert_line "[0]: rank 0 gen 1"
   grep -qx '\[1\]: rank 1 gen 1' node1.out
@@ -121,9 +137,9 @@ free_port() { /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("
 
 @test "two agents: a run that fails every time ends on both nodes with the failing worker's code" {
   port=$(free_port)
-  rtrain launch --nnodes 2 --node-rank 1 --master-port "$port" --max-restarts 1 -- sh -c 'exit 5' >node1.out 2>&1 &
+  rtrain launch --nnodes 2 --node-rank 1 --secret-file secret --master-port "$port" --max-restarts 1 -- sh -c 'exit 5' >node1.out 2>&1 &
   node1=$!
-  run rtrain launch --nnodes 2 --node-rank 0 --master-port "$port" --max-restarts 1 -- sleep 30
+  run rtrain launch --nnodes 2 --node-rank 0 --secret-file secret --master-port "$port" --max-restarts 1 -- sleep 30
   assert_equal "$status" 5
   wait "$node1" || node1_status=$?
   assert_equal "${node1_status:-0}" 5
@@ -132,28 +148,68 @@ free_port() { /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("
 @test "a PyTorch DDP script on two agents gives torchrun's two-process result" {
   script=$RKIT_ROOT/tests/peers/ddp_train.py
   port=$(free_port)
-  rtrain launch --nnodes 2 --node-rank 1 --master-port "$port" -- /usr/bin/python3 "$script" >node1.out 2>&1 &
+  rtrain launch --nnodes 2 --node-rank 1 --secret-file secret --master-port "$port" -- /usr/bin/python3 "$script" >node1.out 2>&1 &
   node1=$!
-  run -0 rtrain launch --nnodes 2 --node-rank 0 --master-port "$port" -- /usr/bin/python3 "$script"
+  run -0 rtrain launch --nnodes 2 --node-rank 0 --secret-file secret --master-port "$port" -- /usr/bin/python3 "$script"
   wait "$node1"
   ours=$(sed -n 's/^\[0\]: //p' <<<"$output" | grep '^{')
   run -0 torchrun --standalone --nproc_per_node 2 --redirects 0:1,1:1 --tee 0:1,1:1 "$script"
   assert_equal "$ours" "$(sed -n 's/^\[default0\]://p' <<<"$output" | grep '^{')"
 }
 
-@test "bad multi-node input: a node rank out of range, --master-port 0, nobody to join" {
-  run --separate-stderr rtrain launch --nnodes 2 --node-rank 2 -- true
+@test "bad multi-node input: a node rank out of range, no --master-port, no secret" {
+  run --separate-stderr rtrain launch --nnodes 2 --node-rank 2 --secret-file secret -- true
   assert_equal "$status" 64
-  run --separate-stderr rtrain launch --nnodes 2 --master-port 0 -- true
+  run --separate-stderr rtrain launch --nnodes 2 --master-port 0 --secret-file secret -- true
   assert_equal "$status" 64
   assert_one_line_stderr
+  run --separate-stderr rtrain launch --nnodes 2 --secret-file secret -- true
+  assert_equal "$status" 64
+  assert_one_line_stderr
+  [[ $stderr == *"--nnodes 2 needs --master-port"* ]]
+  # Several nodes cannot make up a secret between them: it must be given.
+  run --separate-stderr env -u RKIT_RUN_SECRET -u RKIT_RUN_SECRET_FILE rtrain launch --nnodes 2 --master-port 29400 -- true
+  assert_equal "$status" 64
+  assert_one_line_stderr
+  [[ $stderr == *"--nnodes 2 needs the run's secret on every node"* ]]
+  # A secret file others may read, or a symbolic link, is refused (77); a missing one is 66.
+  chmod 644 secret
+  run --separate-stderr rtrain launch --nnodes 2 --master-port 29400 --secret-file secret -- true
+  assert_equal "$status" 77
+  assert_one_line_stderr
+  [[ $stderr == *"chmod 600 secret"* ]]
+  chmod 600 secret && ln -s secret link
+  run --separate-stderr rtrain launch --nnodes 2 --master-port 29400 --secret-file link -- true
+  assert_equal "$status" 77
+  run --separate-stderr rtrain launch --nnodes 2 --master-port 29400 --secret-file nonesuch -- true
+  assert_equal "$status" 66
+}
+
+@test "two agents: a second agent with a node rank already taken is refused (69); the run goes on" {
+  port=$(free_port)
+  # The workers run until the test creates `release`.
+  worker='echo "rank $RANK"; touch "running.$RANK"; while [ ! -e release ]; do sleep 0.05; done'
+  rtrain launch --nnodes 2 --node-rank 1 --secret-file secret --master-port "$port" -- sh -c "$worker" >node1.out 2>&1 &
+  node1=$!
+  rtrain launch --nnodes 2 --node-rank 0 --secret-file secret --master-port "$port" -- sh -c "$worker" >node0.out 2>&1 &
+  node0=$!
+  # Once node 1 has joined (its worker runs), a second node 1 is too late.
+  for _ in $(seq 100); do [[ -e running.1 ]] && break; sleep 0.1; done
+  [[ -e running.1 ]]
+  run --separate-stderr rtrain launch --nnodes 2 --node-rank 1 --secret-file secret --master-port "$port" -- true
+  assert_equal "$status" 69
+  [[ $stderr == *"node rank 1 has joined already"* ]]
+  touch release
+  wait "$node0"
+  wait "$node1"
+  grep -qx '\[0\]: rank 0' node0.out
 }
 
 @test "two agents: SIGTERM to node 1's agent ends the run on both nodes (143), no orphans" {
   port=$(free_port)
-  rtrain launch --nnodes 2 --node-rank 1 --master-port "$port" --max-restarts 3 -- sh -c 'echo $$ >> pids; sleep 60' >node1.out 2>&1 &
+  rtrain launch --nnodes 2 --node-rank 1 --secret-file secret --master-port "$port" --max-restarts 3 -- sh -c 'echo $$ >> pids; sleep 60' >node1.out 2>&1 &
   node1=$!
-  rtrain launch --nnodes 2 --node-rank 0 --master-port "$port" --max-restarts 3 -- sh -c 'echo $$ >> pids; sleep 60' >node0.out 2>&1 &
+  rtrain launch --nnodes 2 --node-rank 0 --secret-file secret --master-port "$port" --max-restarts 3 -- sh -c 'echo $$ >> pids; sleep 60' >node0.out 2>&1 &
   node0=$!
   for _ in $(seq 50); do [[ $(wc -l <pids 2>/dev/null) == 2 ]] && break; sleep 0.1; done
   kill -TERM "$node1"
@@ -167,9 +223,9 @@ free_port() { /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("
 
 @test "two agents: node 0's run id reaches every node's workers" {
   port=$(free_port)
-  rtrain launch --nnodes 2 --node-rank 1 --master-port "$port" -- sh -c 'echo "$TORCHELASTIC_RUN_ID"' >node1.out 2>&1 &
+  rtrain launch --nnodes 2 --node-rank 1 --secret-file secret --master-port "$port" -- sh -c 'echo "$TORCHELASTIC_RUN_ID"' >node1.out 2>&1 &
   node1=$!
-  run -0 rtrain launch --nnodes 2 --node-rank 0 --master-port "$port" --run-id shared7 -- sh -c 'echo "$TORCHELASTIC_RUN_ID"'
+  run -0 rtrain launch --nnodes 2 --node-rank 0 --secret-file secret --master-port "$port" --run-id shared7 -- sh -c 'echo "$TORCHELASTIC_RUN_ID"'
   wait "$node1"
   assert_line "[0]: shared7"
   grep -qx '\[1\]: shared7' node1.out

@@ -3,9 +3,12 @@
 // rtrain launch on one node: starts `nproc` workers of a training command with the
 // environment torchrun gives them, prefixes their output with the rank, keeps one log
 // per rank and attempt, watches exits and heartbeats, and restarts the whole group when a
-// worker fails, while restarts remain. On several nodes, one agent per node: node 0's
-// hosts a rendezvous (TCP, --master-port) where the others join; it decides each
-// generation's ranks and port and when the run restarts or ends, for all nodes at once.
+// worker fails, while restarts remain. Its workers get a secret of the run
+// (RKIT_RUN_SECRET) that rtrain run's store demands. On several nodes, one agent per
+// node: node 0's hosts a rendezvous (an authenticated TcpStore, tcp_store.hpp, on
+// --master-addr:--master-port) where the others join, proving the run's secret
+// (--secret-file); it decides each generation's ranks and port and when the run restarts
+// or ends, for all nodes at once.
 //
 //   LaunchOptions o;
 //   o.nproc = 2;
@@ -37,8 +40,9 @@ struct LaunchOptions {
   double heartbeat_timeout_s = 0;    // 0: no heartbeat watch
   double kill_grace_s = 10;          // SIGTERM, then SIGKILL after this
   std::string master_addr = "127.0.0.1";
-  int master_port = 29500;           // one node: the workers' MASTER_PORT (0: a free one);
-                                     // several: node 0's rendezvous (workers get a free port)
+  int master_port = 0;               // one node: the workers' MASTER_PORT (0: a free one);
+                                     // several: node 0's rendezvous (workers get a free port), required
+  std::string secret_file;           // the run's secret ("": RKIT_RUN_SECRET(_FILE), else one node makes one)
   std::string log_dir;               // "" : no log files
   std::string ckpt_dir;              // RKIT_CKPT_DIR ("" : none); RKIT_RESUME_FROM is its newest complete .rkpt
   std::string events_path;           // rkit.train.event.v1 records ("" : none; "-" : stdout)
@@ -46,6 +50,11 @@ struct LaunchOptions {
   std::vector<std::string> command;
   std::vector<WorkerPlacement> placement;  // by local rank; empty: no binding
 };
+
+// Workers per node, and in all (kMaxNproc × the most nodes, 4096).
+constexpr int kMaxNproc = 64;  // SignalForwarder's worker groups
+constexpr int kMaxNodes = 4096;
+constexpr int kMaxWorld = kMaxNproc * kMaxNodes;
 
 // --nproc-per-node: a number 1 to 64, or "auto": one worker per GPU of this node, else
 // one per core (as torchrun's auto), at most 64. Error(Usage) for anything else.
@@ -65,6 +74,9 @@ std::vector<WorkerPlacement> load_placement(const std::string& path, int nproc);
 
 // Runs the workers to the end. Returns 0 when every worker of a generation exited 0,
 // else the failing generation's highest exit code (128 + signal for a signal).
+// Error(Usage) for several nodes without --master-port or without a secret (secret_file,
+// RKIT_RUN_SECRET_FILE or RKIT_RUN_SECRET), a node rank out of range; Error(NoPerm) when
+// the rendezvous refuses this agent's secret or its listener does not prove it.
 int launch(const LaunchOptions& options);
 
 // Where this node's workers sit in a generation.
@@ -84,6 +96,6 @@ void slurm_defaults(LaunchOptions& options, bool nnodes_given, bool node_rank_gi
 std::vector<std::pair<std::string, std::string>> worker_env(const LaunchOptions& options, int local_rank,
                                                             const Layout& layout, int restart_count,
                                                             const std::string& run_id, const std::string& heartbeat_file,
-                                                            const std::string& resume_from);
+                                                            const std::string& resume_from, const std::string& run_secret);
 
 }  // namespace rkit::rtrain

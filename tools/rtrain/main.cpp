@@ -174,9 +174,11 @@ int main(int argc, char** argv) {
   auto* nnodes_opt = launch_cmd->add_option("--nnodes", o.nnodes, "Nodes, one rtrain agent each (default 1)")->type_name("N")->check(CLI::Range(1, 4096));
   auto* node_rank_opt = launch_cmd->add_option("--node-rank", o.node_rank, "This node's rank, 0 to N-1 (node 0 hosts the rendezvous; default 0)")
       ->type_name("R")->check(CLI::Range(0, 4095));
-  auto* master_addr_opt = launch_cmd->add_option("--master-addr", o.master_addr, "Address of rank 0 (default 127.0.0.1)")->type_name("A");
-  launch_cmd->add_option("--master-port", o.master_port, "One node: the workers' MASTER_PORT (default 29500; 0: a free one). Several: node 0's rendezvous")
+  auto* master_addr_opt = launch_cmd->add_option("--master-addr", o.master_addr, "Address of rank 0, the only one its stores listen on (default 127.0.0.1)")->type_name("A");
+  launch_cmd->add_option("--master-port", o.master_port, "One node: the workers' MASTER_PORT (default 0: a free one). Several: node 0's rendezvous (required)")
       ->type_name("P")->check(CLI::Range(0, 65535));
+  launch_cmd->add_option("--secret-file", o.secret_file, "The run's secret, the same file on every node (mode 0600; default $RKIT_RUN_SECRET, else one node makes one)")
+      ->type_name("FILE");
   launch_cmd->add_option("--max-restarts", o.max_restarts, "Restarts of the group after failures (default 0)")
       ->type_name("M")->check(CLI::Range(0, 1000000));
   launch_cmd->add_option("--restart-on", o.restart_on, "Exit codes that restart (default: any failure; 128+N for signal N)")
