@@ -61,7 +61,7 @@ LocalFit local_fit(Context& ctx, Store& store, const JobSpec& spec) {
 
 Placement place_job(Context& ctx, const JobSpec& spec) {
   Placement p;
-  Store store(ctx.settings.dir);
+  Store& store = ctx.store();
   // A job waits only for jobs of its own backend: its dependencies decide.
   for (const Dependency& d : spec.depends) {
     const auto found = store.resolve(d.remote.empty() ? std::to_string(d.job) : d.remote);

@@ -184,7 +184,7 @@ RemoteDeps remote_deps(Store& store, JobSpec& spec) {
 int submit_remote(Context& ctx, JobSpec& spec, bool dry_run) {
   const BackendConfig config = backend_config(ctx, spec.backend);
   auto backend = make_backend(config);
-  Store store(ctx.settings.dir);
+  Store& store = ctx.store();
   const RemoteDeps deps = remote_deps(store, spec);
   const SubmitRef ref{0, ctx.me.user, store.tag()};
   if (dry_run) {
@@ -267,7 +267,7 @@ int submit(Context& ctx, JobSpec spec, bool dry_run, const std::vector<std::stri
   if (spec.resources.nodes > 1)
     throw Error(Exit::DataErr, fmt::format("the job asks for {} nodes; the local backend is one machine",
                                            spec.resources.nodes), "submit it to a Slurm backend (--backend)");
-  Store store(ctx.settings.dir);
+  Store& store = ctx.store();
   for (const Dependency& d : spec.depends) {  // the daemon sees local jobs' states only
     const std::vector<JobRecord> found = d.remote.empty() ? store.resolve(std::to_string(d.job)) : store.resolve(d.remote);
     if (!d.remote.empty() || (!found.empty() && found.front().backend != "local"))
@@ -312,7 +312,7 @@ int submit(Context& ctx, JobSpec spec, bool dry_run, const std::vector<std::stri
 }
 
 int list(Context& ctx, JobFilter filter, bool cached) {
-  Store store(ctx.settings.dir);
+  Store& store = ctx.store();
   if (!cached) refresh_remote(ctx, store, false);
   filter.light = true;
   if (ctx.format == Format::Json) {  // streamed: ls --all --json over a long history
@@ -326,7 +326,7 @@ int list(Context& ctx, JobFilter filter, bool cached) {
 }
 
 int show(Context& ctx, const std::vector<std::string>& ids) {
-  Store store(ctx.settings.dir);
+  Store& store = ctx.store();
   refresh_remote(ctx, store, false);
   for (const JobRecord& j : resolve_all(store, ids)) {
     Json rec = j.to_json();
@@ -345,7 +345,7 @@ int show(Context& ctx, const std::vector<std::string>& ids) {
 }
 
 int logs(Context& ctx, const std::string& id, bool follow, int task, bool err) {
-  Store store(ctx.settings.dir);
+  Store& store = ctx.store();
   std::vector<JobRecord> jobs = resolve_all(store, {id});
   if (jobs.size() != 1) throw Error(Exit::Usage, fmt::format("{} is an array: name one element, as {}_N", id, id));
   const JobRecord& job = jobs.front();
@@ -395,7 +395,7 @@ int logs(Context& ctx, const std::string& id, bool follow, int task, bool err) {
 }
 
 int control(Context& ctx, const std::vector<std::string>& ids, Control action) {
-  Store store(ctx.settings.dir);
+  Store& store = ctx.store();
   const std::vector<JobRecord> jobs = resolve_all(store, ids);
   static const char* verbs[] = {"cancel", "hold", "release"};
   const char* verb = verbs[static_cast<int>(action)];
@@ -444,7 +444,7 @@ int wait_code(const JobRecord& j) {
 }
 
 int wait(Context& ctx, const std::vector<std::string>& ids, std::optional<double> timeout_s) {
-  Store store(ctx.settings.dir);
+  Store& store = ctx.store();
   std::vector<JobRecord> jobs = resolve_all(store, ids);
   const double deadline = timeout_s ? now_s() + *timeout_s : INFINITY;
   std::uint64_t seen = 0;
@@ -482,7 +482,7 @@ int wait(Context& ctx, const std::vector<std::string>& ids, std::optional<double
 }
 
 int status(Context& ctx) {
-  Store store(ctx.settings.dir);
+  Store& store = ctx.store();
   refresh_remote(ctx, store, false);
   struct Row {
     int pending = 0, running = 0, cpus = 0, gpus = 0;
@@ -549,7 +549,7 @@ int status(Context& ctx) {
 }
 
 int why(Context& ctx, const std::string& id) {
-  Store store(ctx.settings.dir);
+  Store& store = ctx.store();
   std::vector<JobRecord> jobs = resolve_all(store, {id});
   if (jobs.size() != 1) throw Error(Exit::Usage, fmt::format("{} is an array: name one element, as {}_N", id, id));
   const JobRecord& job = jobs.front();
@@ -617,7 +617,7 @@ int why(Context& ctx, const std::string& id) {
 }
 
 int bench_fill(Context& ctx, int jobs, int tenants) {
-  Store store(ctx.settings.dir);
+  Store& store = ctx.store();
   JobSpec spec;
   spec.command = {"true"};
   spec.name = "bench";

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -36,6 +37,13 @@ struct Context {
   std::ostream* err = &std::cerr;
   std::function<bool()> gone = [] { return false; };  // the client hung up: stop waiting
   std::function<void()> wake = [] {};                  // the store changed: a scheduling pass now
+  std::unique_ptr<Store> open_store;  // the request's connection to the store (lent by the daemon's pool)
+
+  // The job store, opened on first use.
+  Store& store() {
+    if (!open_store || open_store->dir() != settings.dir) open_store = std::make_unique<Store>(settings.dir);
+    return *open_store;
+  }
 };
 
 // Who `uid` is: its name from the password database (the number when it has none).

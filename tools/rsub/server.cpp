@@ -175,7 +175,18 @@ void RequestServer::serve(int fd, uid_t uid, const std::vector<gid_t>& groups) {
     // A personal daemon follows its user's configuration; a shared one keeps its own.
     const std::string config = request.is_object() ? request.value("config", std::string()) : std::string();
     ctx.settings = personal_ && !config.empty() ? *settings_.use(config) : *settings_.current();
+    {
+      std::lock_guard lock(mu_);
+      if (!stores_.empty()) {
+        ctx.open_store = std::move(stores_.back());
+        stores_.pop_back();
+      }
+    }
     code = handle_request(ctx, request);
+    if (ctx.open_store) {  // a request that failed gives its connection up: it is not reused
+      std::lock_guard lock(mu_);
+      if (stores_.size() < 16) stores_.push_back(std::move(ctx.open_store));
+    }
   } catch (const std::exception& e) {
     out.flush();
     code = report_error("rsub", e, err, verbose);

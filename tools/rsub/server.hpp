@@ -22,8 +22,10 @@
 #include <string>
 #include <sys/types.h>
 #include <thread>
+#include <vector>
 
 #include "daemon.hpp"
+#include "store.hpp"
 
 namespace rkit::rsub {
 
@@ -79,6 +81,9 @@ class RequestServer {
   std::set<int> open_;            // connections being served
   std::map<uid_t, int> per_user_;
   bool stopping_ = false;
+  // Open connections to the store, lent to one request at a time: opening SQLite and
+  // preparing its statements is most of a small request's work.
+  std::vector<std::unique_ptr<Store>> stores_;
 };
 
 }  // namespace rkit::rsub
