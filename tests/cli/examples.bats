@@ -147,7 +147,6 @@ rsub.backends.NAME.queues
 rsub.backends.NAME.refresh
 rsub.backends.NAME.slurm_conf
 rsub.backends.NAME.submit_retry
-rsub.daemon_user
 rsub.default_time_limit
 rsub.kill_grace
 rsub.limits.max_pids_per_job

@@ -76,14 +76,15 @@ as() {
     XDG_CONFIG_HOME=/nonexistent "$@")
 }
 
-# A raw client: sends the JSON request $2 to the socket $1 as the protocol frames it,
-# prints what comes back on stdout and stderr, exits with the daemon's code.
+# A raw client: sends the JSON request $2 (or the file @$2 holds) to the socket $1 as the
+# protocol frames it, prints what comes back on stdout and stderr, exits with the
+# daemon's code.
 raw_client() {
   python3 - "$@" <<'PY'
 import json, socket, struct, sys
 s = socket.socket(socket.AF_UNIX)
 s.connect(sys.argv[1])
-body = sys.argv[2].encode()
+body = open(sys.argv[2][1:], "rb").read() if sys.argv[2].startswith("@") else sys.argv[2].encode()
 s.sendall(b"q" + struct.pack("<I", len(body)) + body)
 def exact(n):
     b = b""
@@ -160,6 +161,22 @@ for data in [b'garbage', b'q' + struct.pack('<I', 1 << 30), b'q' + struct.pack('
     except Exception: pass
 "
   run -0 as "$ALICE" rsub ls
+  # Asking the daemon to store or build too much is refused before it does.
+  big=$SHARED/home/$ALICE/big.json
+  python3 -c "
+import json
+print(json.dumps({'cmd': 'submit', 'spec': {'name': 'big', 'command': ['true'] + ['A' * 65536] * 4,
+  'workdir': '/tmp', 'hold': True, 'array': {'indices': list(range(100000))}}}))" >"$big"
+  chown "$ALICE" "$big"
+  run --separate-stderr as "$ALICE" bash -c "$(declare -f raw_client); raw_client '$SHARED/run/rsub.sock' '@$big'"
+  assert_failure 65
+  [[ $stderr == *"would store"* ]]
+  python3 -c "print('[' * 100000 + ']' * 100000)" >"$big"
+  run --separate-stderr as "$ALICE" bash -c "$(declare -f raw_client); raw_client '$SHARED/run/rsub.sock' '@$big'"
+  assert_failure 65
+  [[ $stderr == *"nested deeper"* ]]
+  run -0 as "$ALICE" rsub show "$id" $(printf "$id %.0s" $(seq 500)) --json
+  assert_equal "${#lines[@]}" 1  # each job once, however often named
 }
 
 @test "shared: another user's logs, env, cancel, hold and release are refused, also with a hostile --config" {

@@ -40,9 +40,14 @@ RunResult run_backend_command(const BackendCall& how, std::vector<std::string> a
       throw Error(Exit::NoPerm, fmt::format("{}: uid {} has no user name", how.who, *how.run_as_uid));
     argv.insert(argv.begin(), {"setpriv", fmt::format("--reuid={}", found->pw_uid),
                                fmt::format("--regid={}", found->pw_gid), "--init-groups", "--"});
+    // The user's command gets none of the daemon's environment: a plain PATH, who it
+    // is, and what the backend sets (SLURM_CONF ...).
+    o.clear_env = true;
+    o.env = {{"PATH", "/usr/local/bin:/usr/bin:/bin"}, {"HOME", found->pw_dir}, {"USER", found->pw_name},
+             {"LOGNAME", found->pw_name}};
   }
   o.argv = std::move(argv);
-  o.env = env;
+  o.env.insert(o.env.end(), env.begin(), env.end());
   o.in = input.empty() ? Redirect::null() : Redirect::pipe();
   o.out = Redirect::pipe();
   o.err = Redirect::pipe();

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <set>
 #include <thread>
 
 #include "rkit/cgroup.hpp"
@@ -35,13 +36,20 @@ std::vector<Column> job_columns() {
 }
 
 // The jobs the ids name, each id at least one (Error(NoInput) naming the first unknown).
+// Each job once, however often the ids name it; at most kMaxResolved jobs per request.
 std::vector<JobRecord> resolve_all(Store& store, const std::vector<std::string>& ids) {
+  constexpr std::size_t kMaxResolved = 200000;
   std::vector<JobRecord> out;
-  for (const std::string& text : ids) {
+  std::set<std::int64_t> seen;
+  for (const std::string& text : std::set<std::string>(ids.begin(), ids.end())) {
     std::vector<JobRecord> found = store.resolve(text);
     if (found.empty()) throw Error(Exit::NoInput, "no job " + text, "rsub ls --all lists the jobs");
-    out.insert(out.end(), found.begin(), found.end());
+    for (JobRecord& j : found)
+      if (seen.insert(j.id).second) out.push_back(std::move(j));
+    if (out.size() > kMaxResolved)
+      throw Error(Exit::Usage, fmt::format("the ids name more than {} jobs", kMaxResolved));
   }
+  std::sort(out.begin(), out.end(), [](const JobRecord& a, const JobRecord& b) { return a.id < b.id; });
   return out;
 }
 
@@ -83,7 +91,7 @@ UniqueFd open_job_log(const std::string& dir, const std::string& name, std::uint
   if (!f) throw system_error("open " + dir + "/" + name, errno);
   struct stat st {};
   if (::fstat(f.get(), &st) != 0) throw system_error("stat " + dir + "/" + name, errno);
-  if (!S_ISREG(st.st_mode) || (st.st_uid != uid && st.st_uid != ::geteuid()))
+  if (!S_ISREG(st.st_mode) || st.st_uid != uid)
     throw Error(Exit::NoPerm, fmt::format("{}/{}: not a log file of the job's user", dir, name));
   return f;
 }
@@ -699,6 +707,8 @@ struct RequestReader {
 };
 
 constexpr const char* kFormats[] = {"table", "json", "csv"};
+constexpr std::size_t kMaxRequestSpecBytes = 1 << 20;  // a spec, an environment
+constexpr std::size_t kMaxSubmitBytes = 256u << 20;    // all rows one submit stores
 
 }  // namespace
 
@@ -721,7 +731,22 @@ int handle_request(Context& ctx, const Json& request) {
     if (spec_it == request.end()) throw Error(Exit::DataErr, "request: submit without a spec");
     auto environment = r.get<std::vector<std::string>>("environ", {});
     std::erase_if(environment, [](const std::string& kv) { return kv.find('=') == std::string::npos; });
-    return submit(ctx, JobSpec::from_json(*spec_it), r.get<bool>("dry_run", false), environment);
+    // What one submit may store: each array element is a row holding the spec (twice:
+    // spec and record) and the environment.
+    const std::size_t spec_bytes = spec_it->dump().size();
+    std::size_t env_bytes = 0;
+    for (const auto& kv : environment) env_bytes += kv.size() + 1;
+    if (spec_bytes > kMaxRequestSpecBytes || env_bytes > kMaxRequestSpecBytes)
+      throw Error(Exit::DataErr, fmt::format("request: the job's spec ({} bytes) or environment ({} bytes) is over {} bytes",
+                                             spec_bytes, env_bytes, kMaxRequestSpecBytes));
+    JobSpec spec = JobSpec::from_json(*spec_it);
+    const std::size_t rows = spec.array ? spec.array->indices.size() : 1;
+    if ((2 * spec_bytes + env_bytes) * rows > kMaxSubmitBytes)
+      throw Error(Exit::DataErr, fmt::format("the job would store {} MiB ({} elements of {} bytes): at most {} MiB",
+                                             (2 * spec_bytes + env_bytes) * rows >> 20, rows, 2 * spec_bytes + env_bytes,
+                                             kMaxSubmitBytes >> 20),
+                  "a smaller array, or a shorter command and environment");
+    return submit(ctx, std::move(spec), r.get<bool>("dry_run", false), environment);
   }
   if (cmd == "ls") {
     JobFilter filter;

@@ -148,7 +148,6 @@ Settings load_settings(const Config& c) {
       throw Error(Exit::Config, fmt::format("{}: rsub.socket must be an absolute path", c.where("rsub.socket")));
     s.socket = *v;
   }
-  if (auto v = c.get_string("rsub.daemon_user")) s.daemon_user = *v;
   if (auto v = duration(c, "rsub.kill_grace")) s.kill_grace_s = *v;
   if (auto v = duration(c, "rsub.default_time_limit"); v && *v > 0) s.default_time_limit_s = *v;
   if (auto v = duration(c, "rsub.priority.half_life")) s.half_life_s = *v;
@@ -622,6 +621,8 @@ UniqueFd listen_socket(const Settings& settings) {
 }  // namespace
 
 int run_daemon(const Settings& initial, const DaemonOptions& options) {
+  if (initial.shared() && ::geteuid() != 0)
+    throw Error(Exit::NoPerm, "a shared rsub daemon (rsub.socket) must run as root: only root starts jobs as their users");
   Store{initial.dir};  // creates the directory and the store
   ::chmod(initial.dir.c_str(), 0700);  // nobody but the daemon's user reads or changes the store
   const std::string lock = initial.dir + "/daemon.lock";

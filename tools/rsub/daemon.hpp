@@ -45,7 +45,6 @@ struct Settings {
   // rsub.socket: a shared daemon's socket (/run/rkit/rsub.sock). Unset: a personal daemon,
   // started by its user's first command, listening on <dir>/rsub.sock.
   std::string socket;
-  std::string daemon_user;  // rsub.daemon_user: a shared daemon's user, when not root
   bool shared() const { return !socket.empty(); }
   std::string socket_path() const { return shared() ? socket : dir + "/rsub.sock"; }
   std::map<std::string, TenantAccess> tenant_access;

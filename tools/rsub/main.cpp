@@ -70,9 +70,7 @@ int call_daemon(const rkit::rsub::Settings& settings, const std::string& exe, co
   const std::string path = settings.socket_path();
   DaemonIdentity who;
   if (settings.shared()) {
-    who.uids.push_back(0);
-    if (!settings.daemon_user.empty())
-      if (const passwd* pw = ::getpwnam(settings.daemon_user.c_str())) who.uids.push_back(pw->pw_uid);
+    who.uids.push_back(0);  // only root can start jobs as their users
   } else {
     who.uids.push_back(::geteuid());
   }

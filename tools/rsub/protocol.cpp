@@ -99,9 +99,15 @@ std::optional<char> read_frame(int fd, std::string& out, std::uint32_t max_bytes
   std::uint32_t n = 0;
   for (int i = 0; i < 4; ++i) n |= std::uint32_t{head[1 + i]} << (8 * i);
   if (n > max_bytes) throw Error(Exit::DataErr, fmt::format("frame: {} bytes, more than the {} allowed", n, max_bytes));
-  out.resize(n);
-  if (n > 0 && read_exact(fd, out.data(), n, deadline) != 1)
-    throw Error(Exit::DataErr, "frame: the stream ended inside a frame");
+  // Grown as the bytes come, not to what the peer claims: a claim costs nothing.
+  out.clear();
+  for (std::size_t got = 0; got < n;) {
+    const std::size_t chunk = std::min<std::size_t>(n - got, 1 << 16);
+    out.resize(got + chunk);
+    if (read_exact(fd, out.data() + got, chunk, deadline) != 1)
+      throw Error(Exit::DataErr, "frame: the stream ended inside a frame");
+    got += chunk;
+  }
   return static_cast<char>(head[0]);
 }
 

@@ -6,8 +6,10 @@
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -55,10 +57,33 @@ std::shared_ptr<const Settings> SettingsSource::use(const std::string& path) {
   if (path == settings_->config_path) {
     reload_if_changed();
   } else {
-    settings_ = std::make_shared<const Settings>(load_settings(load_config(path)));
+    auto next = std::make_shared<const Settings>(load_settings(load_config(path)));
+    if (next->dir != settings_->dir || next->socket != settings_->socket)
+      throw Error(Exit::Config, fmt::format("{} names another rsub state directory or socket than this daemon's ({})",
+                                            path, settings_->dir));
+    settings_ = std::move(next);
     stamp_ = stamp();
   }
   return settings_;
+}
+
+std::size_t json_depth(std::string_view text) {
+  std::size_t depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return deepest;
 }
 
 RequestServer::RequestServer(int listen_fd, SettingsSource& settings, std::function<void()> wake, bool personal)
@@ -155,6 +180,10 @@ void RequestServer::serve(int fd, uid_t uid, const std::vector<gid_t>& groups) {
   } catch (const Error&) {  // silent, torn or oversized: nothing to answer
     return;
   }
+  // A client that stops reading holds nothing for long: a write that makes no progress
+  // for 30 s fails, and the request with it.
+  const timeval send_timeout{30, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &send_timeout, sizeof send_timeout);
   FrameBuf out_buf(fd, 'o'), err_buf(fd, 'e');
   std::ostream out(&out_buf), err(&err_buf);
   Context ctx;
@@ -170,6 +199,7 @@ void RequestServer::serve(int fd, uid_t uid, const std::vector<gid_t>& groups) {
   int code = 0;
   bool verbose = false;
   try {
+    if (json_depth(payload) > 32) throw Error(Exit::DataErr, "request: nested deeper than 32 levels");
     const Json request = parse_json(payload, "request");
     verbose = request.is_object() && request.value("verbose", false);
     // A personal daemon follows its user's configuration; a shared one keeps its own.

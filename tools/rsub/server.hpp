@@ -20,6 +20,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <string_view>
 #include <sys/types.h>
 #include <thread>
 #include <vector>
@@ -51,6 +52,9 @@ class SettingsSource {
   std::shared_ptr<const Settings> settings_;
   std::string stamp_;
 };
+
+// How deeply a JSON text nests ([ and { outside strings): checked before parsing.
+std::size_t json_depth(std::string_view text);
 
 class RequestServer {
  public:

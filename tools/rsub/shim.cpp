@@ -185,8 +185,14 @@ std::optional<JobCgroup> job_cgroup(Store& store, const JobRecord& job, int atte
   CPU_ZERO(&online);
   if (::sched_getaffinity(0, sizeof online, &online) == 0)
     std::erase_if(limits.cpus, [&](int c) { return c < 0 || c >= CPU_SETSIZE || !CPU_ISSET(c, &online); });
-  if (job.spec.resources.memory_bytes > 0)
-    limits.memory_bytes = job.spec.resources.memory_bytes * static_cast<std::uint64_t>(job.spec.resources.tasks);
+  const auto& r = job.spec.resources;
+  if (r.memory_bytes > 0) {
+    limits.memory_bytes = r.memory_bytes * static_cast<std::uint64_t>(r.tasks);
+  } else {  // none asked: the machine's memory per CPU for each of its CPUs (Slurm's DefMemPerCPU)
+    const auto cpus = static_cast<std::uint64_t>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
+    const auto memory = static_cast<std::uint64_t>(::sysconf(_SC_PHYS_PAGES)) * static_cast<std::uint64_t>(::sysconf(_SC_PAGE_SIZE));
+    limits.memory_bytes = memory / cpus * static_cast<std::uint64_t>(std::max(1, r.tasks * r.cpus_per_task));
+  }
   if (pids_max > 0) limits.pids_max = pids_max;
   if (::access("/dev/nvidiactl", F_OK) == 0) limits.gpus = gpus;  // the machine has NVIDIA GPUs
   return JobCgroup::create(cgroup_parent(store.tag()), fmt::format("job-{}.{}", job.id, attempt), limits);
