@@ -151,7 +151,7 @@ def read_inputs(paths, users, slurm_backend):
                 jobs.append(dict(id=row["JobID"], tenant=users.get(user, row["Account"] or user),
                                  backend=slurm_backend, host=row["NodeList"], gpu_type=gpu_type,
                                  cpus=cpus, gpus=gpus, memory=mem, start=start, end=end,
-                                 pus=None, gpu_indices=None))
+                                 pus=None, gpu_indices=None, cpu_used_s=None))
             continue
         for line in nonblank:
             rec = json.loads(line)
@@ -167,7 +167,7 @@ def read_inputs(paths, users, slurm_backend):
                                  cpus=rec["cpus"], gpus=rec["gpus"],
                                  memory=rec.get("tasks", 1) * rec.get("memory_per_task_bytes", 0),
                                  start=rec["start_unix_s"], end=rec["end_unix_s"],
-                                 pus=pus, gpu_indices=gpu_indices))
+                                 pus=pus, gpu_indices=gpu_indices, cpu_used_s=rec.get("cpu_used_s")))
             else:
                 fail(f"{path}: schema {rec['schema']} is not for this check")
     return jobs, samples
@@ -303,6 +303,11 @@ def cmd_capacity(a):
                     uc = sum(util_c[p] if p < len(util_c) else 0.0 for p in j["pus"]) * j["cpus"] / len(j["pus"])
                 else:
                     uc = j["cpus"] * s.get("cpu_util", 0.0)
+                # rcost(1): the CPU time a job's cgroup measured, when its record has it,
+                # is its mean cores used over its run, instead of the samples' estimate.
+                if j["cpu_used_s"] is not None and j["start"] is not None and j["end"] is not None \
+                        and j["end"] > j["start"]:
+                    uc = j["cpu_used_s"] / (j["end"] - j["start"])
                 parts.append((min(ug, j["gpus"]) * t, min(uc, j["cpus"]) * t))
             # Held beyond the capacity is scaled down to it; what is used, in proportion.
             fg = cap_g / held_g if held_g > cap_g else 1.0
