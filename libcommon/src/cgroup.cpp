@@ -593,6 +593,18 @@ std::vector<std::string> JobCgroup::list(const std::string& parent, const Cgroup
   return {names.begin(), names.end()};
 }
 
+void JobCgroup::remove_parent(const std::string& parent, const CgroupLayout& layout) noexcept {
+  try {
+    const std::vector<std::string> mounts =
+        layout.version == CgroupVersion::V1 ? v1_mounts(layout)
+        : layout.version == CgroupVersion::V2 ? std::vector<std::string>{layout.unified}
+                                              : std::vector<std::string>{};
+    const std::vector<std::string> levels = components(parent, "parent");
+    for (const auto& mount : mounts) ::rmdir(join(mount, levels).c_str());  // EBUSY/ENOENT: left as it is
+  } catch (const std::exception&) {  // a malformed parent: nothing to remove
+  }
+}
+
 void JobCgroup::open_descriptors(bool with_oom) {
   for (const auto& dir : dirs_) {
     const std::string procs = dir + "/cgroup.procs";

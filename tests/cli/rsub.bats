@@ -302,8 +302,9 @@ daemon_pid() {
     assert_failure 77
     assert_one_line_stderr
   done
-  # Its socket is its user's alone; and nobody's own rsub does not start a daemon for it.
+  # Its socket is its user's alone; and nobody's own rsub did not start a daemon for it.
   [[ $(stat -c %a "$RKIT_STATE_DIR/rsub/rsub.sock") == 600 ]]
+  assert_equal "$(pgrep -c -u nobody -f 'rsub daemon' || true)" 0
   rsub show "$id" --json | jq -e '.state == "PENDING" and .held'
   teardown
   rm -rf "$shared"

@@ -136,8 +136,8 @@ job_state() { rsub show "$1" --json | jq -r .state; }
   assert_failure
   run as "$BOB" python3 -c "import socket; socket.socket(socket.AF_UNIX).bind('$SHARED/run/other.sock')"
   assert_failure
-  # A user's own rsub does not start a daemon for a shared store: there is one already.
-  [[ -S $SHARED/run/rsub.sock ]]
+  # The socket is still the root daemon's.
+  [[ $(stat -c %U "$SHARED/run/rsub.sock") == root ]]
   assert_equal "$(job_state "$id")" COMPLETED
 }
 

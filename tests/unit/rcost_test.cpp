@@ -331,9 +331,11 @@ TEST(RcostReport, CpuTimeItsCgroupMeasuredBeatsTheHostsSamples) {
   ASSERT_GE(r.rows.size(), 2u);
   EXPECT_DOUBLE_EQ(r.rows[0].core_used_hours, 0.25);
   EXPECT_DOUBLE_EQ(r.rows[1].core_used_hours, 0.5);
+  ReadOptions strict;
+  strict.strict = true;
   EXPECT_EQ(error_of([&] { read_inputs({f.file("bad.jsonl", job_line(4, "d", kDay0, kDay0 + 1, 0, 1,
                                                                        R"(,"cpu_used_s":"lots")") + "\n")},
-                                        ReadOptions{.strict = true}); }).code(),
+                                        strict); }).code(),
             Exit::DataErr);
 }
 

@@ -484,7 +484,7 @@ TEST(RtopServe, WithoutTheQueueNoQueueMetrics) {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+using rkit::testing::seconds_since;
 
 TEST(RtopServeLimits, RefusedBeforeTheBodyIsRead) {
   const ServeLimits limits;

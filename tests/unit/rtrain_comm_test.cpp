@@ -29,21 +29,9 @@ using namespace std::chrono_literals;
 using rkit::testing::error_of;
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+using rkit::testing::seconds_since;
 
-// A port nobody listens on right now (the kernel's pick for a socket bound to port 0).
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0)
-    throw std::runtime_error("free_port");
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
+using rkit::testing::free_port;
 
 DistEnv env_for(int rank, int world, int port) {
   DistEnv e;

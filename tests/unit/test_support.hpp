@@ -1,13 +1,21 @@
 // File: tests/unit/test_support.hpp
 //
 // Small helpers shared by the unit tests: a temporary directory removed with its
-// contents at scope exit, and an environment guard that restores variables.
+// contents at scope exit, an environment guard that restores variables, a free port
+// and a stopwatch.
 //
 //   rkit::testing::TempDir dir;                       // /tmp/rkit-unit.XXXXXX
 //   rkit::testing::write(dir.file("a.toml"), "x = 1\n");
 //   rkit::testing::EnvGuard env({"RKIT_CONFIG"});     // restored on scope exit
 //   env.set("RKIT_CONFIG", dir.file("a.toml"));
 #pragma once
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -106,6 +114,25 @@ inline Error error_of(const std::function<void()>& f) {
   }
   ADD_FAILURE() << "no rkit::Error thrown";
   return Error(Exit::Ok, "");
+}
+
+// Seconds of the steady clock since `t`, for tests that bound how long something took.
+inline double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// A TCP port on loopback nobody listens on right now (the kernel's pick for port 0).
+inline int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0)
+    throw std::runtime_error("free_port");
+  ::close(fd);
+  return ntohs(a.sin_port);
 }
 
 }  // namespace rkit::testing

@@ -12,7 +12,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <fstream>
 #include <iostream>
 #include <map>
 #include <set>
@@ -661,8 +660,7 @@ int bench_cgroup(Context& ctx, int jobs) {
     cg.remove();
     ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count());
   }
-  for (const auto& [controller, mount] : cgroup_layout().v1) ::rmdir((mount + "/rkit/bench").c_str());
-  if (!cgroup_layout().unified.empty()) ::rmdir((cgroup_layout().unified + "/rkit/bench").c_str());
+  JobCgroup::remove_parent("rkit/bench");
   std::sort(ms.begin(), ms.end());
   *ctx.out << to_json_line(Json{{"jobs", jobs}, {"median_ms", ms[ms.size() / 2]}, {"max_ms", ms.back()},
                                 {"version", cgroup_version() == CgroupVersion::V2 ? "v2" : "v1"}})

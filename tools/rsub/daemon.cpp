@@ -705,12 +705,7 @@ int run_daemon(const Settings& initial, const DaemonOptions& options) {
     [[maybe_unused]] auto n = ::read(wake_event.get(), &count, sizeof count);
   }
   const bool idle = !server || server->stop();
-  // This store's level of the job cgroups, empty once its jobs are gone.
-  if (const CgroupLayout& layout = cgroup_layout(); layout.version != CgroupVersion::None) {
-    const std::string level = "/" + cgroup_parent(daemon.store().tag());
-    if (layout.version == CgroupVersion::V2) ::rmdir((layout.unified + level).c_str());
-    for (const auto& [controller, mount] : layout.v1) ::rmdir((mount + level).c_str());
-  }
+  JobCgroup::remove_parent(cgroup_parent(daemon.store().tag()));  // this store's level, empty once its jobs are gone
   if (server) ::unlink(initial.socket_path().c_str());
   daemon.finish_up();
   ::unlink((initial.dir + "/daemon.pid").c_str());

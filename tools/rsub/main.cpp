@@ -1,6 +1,5 @@
 // rsub: submit jobs to the embedded local scheduler, and follow and control them.
 #include <fmt/format.h>
-#include <pwd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -68,12 +67,7 @@ int call_daemon(const rkit::rsub::Settings& settings, const std::string& exe, co
   using namespace rkit;
   using namespace rkit::rsub;
   const std::string path = settings.socket_path();
-  DaemonIdentity who;
-  if (settings.shared()) {
-    who.uids.push_back(0);  // only root can start jobs as their users
-  } else {
-    who.uids.push_back(::geteuid());
-  }
+  const uid_t who = settings.shared() ? 0 : ::geteuid();  // only root can start jobs as their users
   int fd = connect_daemon(path, who);
   if (fd < 0 && settings.shared())
     throw Error(Exit::Unavailable, fmt::format("the shared rsub daemon does not answer on {}: {}", path, std::strerror(errno)),

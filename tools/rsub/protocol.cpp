@@ -142,14 +142,14 @@ std::streamsize FrameBuf::xsputn(const char* s, std::streamsize n) {
 
 int FrameBuf::sync() { return flush_buffer() ? 0 : -1; }
 
-int connect_daemon(const std::string& socket_path, const DaemonIdentity& who) {
+int connect_daemon(const std::string& socket_path, uid_t daemon_uid) {
   socklen_t len = 0;
   const sockaddr_un addr = unix_address(socket_path, len);
   UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!fd) return -1;
   if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), len) != 0) return -1;
   const Peer daemon = peer_of(fd.get());
-  if (std::find(who.uids.begin(), who.uids.end(), daemon.uid) == who.uids.end())
+  if (daemon.uid != daemon_uid)
     throw Error(Exit::NoPerm,
                 fmt::format("{}: the process listening there runs as uid {}, not as the rsub daemon's", socket_path,
                             daemon.uid),

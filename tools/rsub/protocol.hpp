@@ -74,15 +74,11 @@ class FrameBuf : public std::streambuf {
   bool broken_ = false;
 };
 
-// What the client accepts as its daemon: the uid it must run as.
-struct DaemonIdentity {
-  std::vector<uid_t> uids;  // personal: our own; shared: root (and the configured daemon user)
-};
-
 // Connects to the daemon's socket. Returns the connected descriptor, or -1 with errno
-// set (ENOENT, ECONNREFUSED: no daemon listens). Error(NoPerm) when the listener is not
-// the daemon `who` describes (another user's process).
-int connect_daemon(const std::string& socket_path, const DaemonIdentity& who);
+// set (ENOENT, ECONNREFUSED: no daemon listens). Error(NoPerm) when the listener does not
+// run as `daemon_uid` (another user's process): root for a shared daemon, our own uid for
+// a personal one.
+int connect_daemon(const std::string& socket_path, uid_t daemon_uid);
 
 // Sends `request` on a connected descriptor, copies the daemon's output to our stdout
 // and stderr, and returns the exit code it sends. Error(Unavailable) when the daemon

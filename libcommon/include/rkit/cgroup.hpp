@@ -130,6 +130,10 @@ class JobCgroup {
   static std::optional<JobCgroup> open(const std::string& parent, const std::string& name,
                                        const CgroupLayout& layout = cgroup_layout());
 
+  // Removes the last level of `parent` in every hierarchy where it is empty (no group
+  // below it left), e.g. a daemon's own level when it stops; others are left. Never throws.
+  static void remove_parent(const std::string& parent, const CgroupLayout& layout = cgroup_layout()) noexcept;
+
   // The names of the groups under `parent` in any hierarchy, sorted; empty when none or
   // when cgroup_version() is None. For finding leftovers after a restart.
   static std::vector<std::string> list(const std::string& parent, const CgroupLayout& layout = cgroup_layout());
