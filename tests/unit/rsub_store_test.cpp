@@ -293,7 +293,7 @@ TEST(RsubStoreRemote, Version1StoreIsMigrated) {
     EXPECT_EQ(store.resolve("slurm:77").at(0).id, 2);
     EXPECT_EQ(store.jobs(all_jobs()).size(), 2u);
   }
-  EXPECT_EQ(user_version(dir.path()), 3);
+  EXPECT_EQ(user_version(dir.path()), 4);
   Store again(dir.path());  // a second open does not migrate again
   EXPECT_EQ(again.job(2)->backend, "slurm");
   EXPECT_EQ(again.job(1)->backend, "local");
@@ -302,10 +302,10 @@ TEST(RsubStoreRemote, Version1StoreIsMigrated) {
 TEST(RsubStoreRemote, NewerSchemaIsRefused) {
   testing::TempDir dir;
   Store(dir.path()).job(1);
-  sql(dir.path(), "PRAGMA user_version=4");
+  sql(dir.path(), "PRAGMA user_version=5");
   const Error e = testing::error_of([&] { Store store(dir.path()); });
   EXPECT_EQ(e.code(), Exit::DataErr);
-  EXPECT_NE(std::string(e.what()).find("schema version 4"), std::string::npos) << e.what();
+  EXPECT_NE(std::string(e.what()).find("schema version 5"), std::string::npos) << e.what();
 }
 
 // A version 2 store (before the captured environment and the cgroup's measures) gains
@@ -319,7 +319,7 @@ TEST(RsubStoreRemote, Version2StoreIsMigrated) {
   sql(dir.path(), "ALTER TABLE jobs DROP COLUMN environ; ALTER TABLE jobs DROP COLUMN cpu_s; "
                   "ALTER TABLE jobs DROP COLUMN peak_memory_bytes; PRAGMA user_version=2");
   Store store(dir.path());
-  EXPECT_EQ(user_version(dir.path()), 3);
+  EXPECT_EQ(user_version(dir.path()), 4);
   EXPECT_FALSE(store.environment(1));
   EXPECT_FALSE(store.job(1)->cpu_s);
   const auto ids = store.submit(simple("new"), kAlice, 200, {"PATH=/bin", "HOME=/home/alice"});
@@ -354,7 +354,7 @@ TEST(RsubStoreRemote, ConcurrentFirstOpensOfAVersion1StoreAllSucceed) {
   sqlite3_close(db);
   for (auto& t : threads) t.join();
   for (const auto& e : errors) EXPECT_EQ(e, "");
-  EXPECT_EQ(user_version(dir.path()), 3);
+  EXPECT_EQ(user_version(dir.path()), 4);
 }
 
 TEST(RsubStoreRemote, DaemonIgnoresRemoteJobs) {
@@ -370,14 +370,17 @@ TEST(RsubStoreRemote, DaemonIgnoresRemoteJobs) {
   const auto active = store.active_jobs_after(0);
   ASSERT_EQ(active.size(), 1u);
   EXPECT_EQ(active[0].id, local);
-  const auto states = store.active_states();
-  ASSERT_EQ(states.size(), 1u);
-  EXPECT_EQ(states[0].id, local);
+  std::int64_t seq = store.change_seq();
+  store.set_held(local, true);
+  store.set_held(far, true);
+  const auto changed = store.changed_since(seq);
+  ASSERT_EQ(changed.size(), 1u) << "the change log is the daemon's: local jobs only";
+  EXPECT_EQ(changed[0].id, local);
   EXPECT_EQ(store.jobs({}).size(), 2u) << "clients list both";
   EXPECT_TRUE(store.remote_active("slurm").empty()) << "no remote id yet";
 
   store.set_remote_ids({far}, {"77"});
-  EXPECT_TRUE(store.active_jobs_after(0).size() == 1 && store.active_states().size() == 1);
+  EXPECT_EQ(store.active_jobs_after(0).size(), 1u);
   const auto found = store.resolve("slurm:77");
   ASSERT_EQ(found.size(), 1u);
   EXPECT_EQ(found[0].id, far);
@@ -524,6 +527,46 @@ TEST(RsubStoreRemote, LoseUnsubmittedMarksOnlyStaleJobsWithoutRemoteId) {
   EXPECT_EQ(store.job(other)->state, JobState::Pending);
   EXPECT_EQ(store.job(local)->state, JobState::Pending);
   EXPECT_EQ(store.job(cancelled)->state, JobState::Cancelled);
+}
+
+
+// --- the change log the daemon refreshes from ---------------------------------------------
+
+TEST(RsubStoreChanges, LogsEachChangedJobOnceInCommitOrder) {
+  testing::TempDir dir;
+  Store store(dir.path());
+  const auto a = store.submit(simple(), kAlice, now_s()).front();
+  const auto b = store.submit(simple(), kAlice, now_s()).front();
+  std::int64_t seq = store.change_seq();
+  EXPECT_TRUE(store.changed_since(seq).empty()) << "a submit is not a change: the daemon loads new jobs whole";
+  store.set_held(b, true);
+  store.set_held(a, true);
+  store.set_held(a, false);
+  store.set_reasons({{b, "Priority"}});  // the daemon's own reasons are not changes
+  const std::int64_t before = seq;
+  auto changed = store.changed_since(seq);
+  ASSERT_EQ(changed.size(), 2u);
+  EXPECT_EQ(changed[0].id, b);
+  EXPECT_TRUE(changed[0].held);
+  EXPECT_EQ(changed[1].id, a);
+  EXPECT_FALSE(changed[1].held) << "a job changed twice is there once, as it is now";
+  EXPECT_GT(seq, before);
+  EXPECT_TRUE(store.changed_since(seq).empty()) << "read up to seq";
+
+  store.cancel(a, "alice", now_s());
+  changed = store.changed_since(seq);
+  ASSERT_EQ(changed.size(), 1u);
+  EXPECT_EQ(changed[0].state, JobState::Cancelled) << "terminal states are logged too";
+
+  // Dropping the whole log must not restart its numbering (the daemon reads seq > its own).
+  store.forget_changes(seq);
+  store.set_held(b, false);
+  const std::int64_t dropped_at = seq;
+  changed = store.changed_since(seq);
+  ASSERT_EQ(changed.size(), 1u);
+  EXPECT_EQ(changed[0].id, b);
+  EXPECT_GT(seq, dropped_at);
+  EXPECT_EQ(store.change_seq(), seq);
 }
 
 }  // namespace

@@ -672,6 +672,8 @@ int bench_pass(Context& ctx) {
   const PassTiming t = time_pass(ctx.settings, local_machine(ctx.settings));
   *ctx.out << to_json_line(Json{{"load_ms", t.load_ms},
                                  {"pass_ms", t.pass_ms},
+                                 {"refresh_ms", t.refresh_ms},
+                                 {"input_ms", t.input_ms},
                                  {"starts", t.plan.starts.size()},
                                  {"verdicts", t.plan.verdicts.size()}})
             << '\n';

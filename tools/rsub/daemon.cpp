@@ -309,6 +309,78 @@ void start_daemon(const std::string& exe, const std::string& config_path, const 
 
 namespace {
 
+// The daemon's launcher (run_launcher): started on first use and again when it died,
+// it forks each job's supervisor from a small single-threaded process, with no exec per
+// job and no fork of the daemon's threads and memory.
+class ShimLauncher {
+ public:
+  explicit ShimLauncher(std::string dir) : dir_(std::move(dir)) {}
+  ~ShimLauncher() { stop(); }
+  ShimLauncher(const ShimLauncher&) = delete;
+  ShimLauncher& operator=(const ShimLauncher&) = delete;
+
+  // Hands the request and the attempt's lock to the launcher; false when none would take it.
+  bool send(const ShimRequest& request, int lock_fd) {
+    for (int tries = 0; tries < 2; ++tries) {
+      if (!socket_ && !start()) return false;
+      iovec iov{const_cast<ShimRequest*>(&request), sizeof request};
+      alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+      msghdr msg{};
+      msg.msg_iov = &iov;
+      msg.msg_iovlen = 1;
+      msg.msg_control = control;
+      msg.msg_controllen = sizeof control;
+      cmsghdr* c = CMSG_FIRSTHDR(&msg);
+      c->cmsg_level = SOL_SOCKET;
+      c->cmsg_type = SCM_RIGHTS;
+      c->cmsg_len = CMSG_LEN(sizeof(int));
+      std::memcpy(CMSG_DATA(c), &lock_fd, sizeof(int));
+      if (::sendmsg(socket_.get(), &msg, MSG_NOSIGNAL) == ssize_t(sizeof request)) return true;
+      std::cerr << "rsub daemon: the launcher: " << std::strerror(errno) << " (starting another)\n";
+      stop();
+    }
+    return false;
+  }
+
+ private:
+  bool start() {
+    int pair[2];
+    if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0) return false;
+    UniqueFd mine(pair[0]), theirs(pair[1]);
+    std::vector<std::string> args = {"/proc/self/exe", "_launcher", dir_, std::to_string(theirs.get())};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    const int keep = theirs.get();
+    pid_ = ::fork();
+    if (pid_ < 0) return false;
+    if (pid_ == 0) {  // fork-safe calls only: the daemon has threads
+      ::setsid();  // a terminal's signals are the daemon's, not its launcher's
+      ::fcntl(keep, F_SETFD, 0);
+      ::close_range(3, static_cast<unsigned>(keep) - 1, 0);
+      ::close_range(static_cast<unsigned>(keep) + 1, ~0U, 0);
+      for (int sig = 1; sig < NSIG; ++sig) ::signal(sig, SIG_DFL);
+      sigset_t none;
+      sigemptyset(&none);
+      ::sigprocmask(SIG_SETMASK, &none, nullptr);
+      ::execv(argv[0], argv.data());
+      ::_exit(127);
+    }
+    socket_ = std::move(mine);
+    return true;
+  }
+  // Closing our end ends the launcher; its supervisors run on.
+  void stop() {
+    socket_.reset();
+    if (pid_ > 0) ::waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+
+  std::string dir_;
+  UniqueFd socket_;
+  pid_t pid_ = -1;
+};
+
 class Daemon {
  public:
   Daemon(const Settings& s, const Machine& m) : s_(s), machine_(m), store_(s.dir) {
@@ -318,46 +390,34 @@ class Daemon {
     for (const auto& [tenant, v] : store_.usage()) usage_[tenant] = v;
   }
 
-  // Loads what changed since the last pass; returns the input of the next one.
+  // Loads what changed since the last pass (the first loads every active job): the
+  // input of the next one.
   void refresh() {
-    std::unordered_map<std::int64_t, const Store::ActiveState*> now_active;
-    const auto states = store_.active_states();
-    for (const auto& st : states) now_active[st.id] = &st;
-    for (auto it = jobs_.begin(); it != jobs_.end();) {
-      auto found = now_active.find(it->first);
-      if (found == now_active.end()) {
-        forget(it->second);
-        it = jobs_.erase(it);
-        continue;
-      }
-      const Store::ActiveState& st = *found->second;
-      JobRecord& j = it->second;
-      if (st.attempts != j.attempts || st.state != j.state) {
-        if (j.state == JobState::Running) account(j, now_s());
-        j = *store_.job(j.id);  // started, requeued or ended meanwhile: take it whole
-        if (terminal(j.state)) {
-          forget(j);
-          it = jobs_.erase(it);
-          continue;
-        }
-      } else {
-        j.held = st.held;
-        j.cancel_requested = st.cancel_requested;
-        j.eligible_s = st.eligible_s;
-      }
-      ++it;
+    if (!loaded_) {
+      change_seq_ = store_.change_seq();  // before the load: what changes meanwhile is read again
+      loaded_ = true;
+    } else {
+      for (const Store::ActiveState& st : store_.changed_since(change_seq_)) apply(st);
     }
     for (JobRecord& j : store_.active_jobs_after(max_id_)) {
       max_id_ = std::max(max_id_, j.id);
-      jobs_.emplace(j.id, std::move(j));
+      const std::int64_t id = j.id;
+      track(jobs_.emplace(id, std::move(j)).first->second);
     }
+  }
+
+  // The running daemon drops the change log it has read, now and then.
+  void trim_changes() {
+    if (change_seq_ - trimmed_seq_ < 4096) return;
+    store_.forget_changes(change_seq_);
+    trimmed_seq_ = change_seq_;
   }
 
   // Running jobs: cancel requests, and supervisors that vanished. True when a job changed.
   bool watch_running() {
     bool changed = false;
-    for (auto& [id, j] : jobs_) {
-      if (j.state != JobState::Running) continue;
+    for (const std::int64_t id : running_) {
+      const JobRecord& j = jobs_.at(id);
       const std::string lock = lock_path(s_.dir, id, j.attempts);
       if (j.cancel_requested && !signalled_.count({id, j.attempts})) signal_shim(lock, id, j.attempts);
       const int held = probe_lock(lock);
@@ -401,8 +461,7 @@ class Daemon {
     refresh();
     if (watch_running()) refresh();
     decay_usage(now);
-    SchedInput in = input(now);
-    SchedPlan plan = schedule(in);
+    SchedPlan plan = schedule(input(now, false));
     for (const Start& start : plan.starts) launch(start, now);
     std::vector<std::pair<std::int64_t, std::string>> reasons;
     for (const Verdict& v : plan.verdicts) {
@@ -410,9 +469,9 @@ class Daemon {
         store_.finish(v.job, JobState::Failed, v.reason + ": " + v.detail, now);
         continue;
       }
-      auto it = jobs_.find(v.job);
-      if (it != jobs_.end() && it->second.reason != v.reason) {
-        it->second.reason = v.reason;
+      auto it = pending_at_.find(v.job);
+      if (it != pending_at_.end() && reasons_[it->second] != v.reason) {
+        reasons_[it->second] = v.reason;
         reasons.emplace_back(v.job, v.reason);
       }
     }
@@ -420,47 +479,38 @@ class Daemon {
     if (now - usage_saved_ > 10) save_usage(now);
   }
 
-  SchedInput input(double now) {
-    SchedInput in;
-    in.machine = &machine_;
-    in.config = s_.sched;
-    in.now = now;
-    std::vector<std::int64_t> unknown;
-    for (const auto& [id, j] : jobs_) {
-      if (j.state == JobState::Running) {
-        in.running.push_back({id, j.spec.tenant, j.user, j.array_parent, j.alloc, j.start_s.value_or(now),
-                              j.spec.time_limit_s});
-        continue;
-      }
-      PendingJob p{id,
-                   j.spec.tenant,
-                   j.user,
-                   j.array_parent,
-                   j.spec.array ? j.spec.array->max_concurrent : 0,
-                   j.spec.resources,
-                   j.spec.time_limit_s,
-                   j.spec.priority,
-                   j.submit_s,
-                   j.eligible_s,
-                   j.held,
-                   j.spec.depends};
-      for (const Dependency& d : p.depends) unknown.push_back(d.job);
-      in.pending.push_back(std::move(p));
+  // The scheduler's input: the pending jobs as track() keeps them, the running ones, and
+  // what changes with time. `details`: verdicts with their detail lines (`rsub why`).
+  const SchedInput& input(double now, bool details) {
+    in_.machine = &machine_;
+    in_.config = s_.sched;
+    in_.now = now;
+    in_.details = details;
+    in_.running.clear();
+    for (const std::int64_t id : running_) {
+      const JobRecord& j = jobs_.at(id);
+      in_.running.push_back({id, j.spec.tenant, j.user, j.array_parent, j.alloc, j.start_s.value_or(now),
+                             j.spec.time_limit_s});
     }
+    std::vector<std::int64_t> unknown;
+    for (const PendingJob& p : in_.pending)
+      for (const Dependency& d : p.depends) unknown.push_back(d.job);
     std::sort(unknown.begin(), unknown.end());
     unknown.erase(std::unique(unknown.begin(), unknown.end()), unknown.end());
     // A dependency on an array is on all its elements (Slurm's rule): it is over when
     // every element is, and satisfied as the worst of them says.
+    in_.dependencies.clear();
     for (const auto& [id, states] : store_.dependency_states(unknown)) {
       DepStatus status = DepStatus::Completed;
       for (JobState state : states) {
         if (!terminal(state)) status = DepStatus::Active;
         else if (state != JobState::Completed && status == DepStatus::Completed) status = DepStatus::NotOk;
       }
-      in.dependencies[id] = status;
+      in_.dependencies[id] = status;
     }
-    for (const auto& [tenant, v] : usage_) in.usage[tenant] = v.first;
-    return in;
+    in_.usage.clear();
+    for (const auto& [tenant, v] : usage_) in_.usage[tenant] = v.first;
+    return in_;
   }
 
   void launch(const Start& start, double now) {
@@ -481,27 +531,14 @@ class Daemon {
     j.attempts = attempt;
     j.alloc = start.tasks;
     j.start_s = now;
+    track(j);
     spawn_shim(j.id, attempt, fd.get());
   }
 
   void spawn_shim(std::int64_t id, int attempt, int lock_fd) {
-    // /proc/self/exe: this very program, even after a package upgrade replaced its file.
-    std::vector<std::string> args = {"/proc/self/exe", "_shim", s_.dir, std::to_string(id), std::to_string(attempt),
-                                     std::to_string(lock_fd), fmt::format("{}", s_.kill_grace_s),
-                                     std::to_string(s_.job_pids_max)};
-    const bool started = spawn_detached(std::move(args), [lock_fd] {
-      ::fcntl(lock_fd, F_SETFD, 0);  // the supervisor inherits the lock, and nothing else
-      ::close_range(3, static_cast<unsigned>(lock_fd) - 1, 0);
-      ::close_range(static_cast<unsigned>(lock_fd) + 1, ~0U, 0);
-      // Default dispositions; the supervisor's signals stay blocked until it waits for them.
-      for (int sig = 1; sig < NSIG; ++sig) ::signal(sig, SIG_DFL);
-      sigset_t mask;
-      sigemptyset(&mask);
-      for (int sig : {SIGCHLD, SIGTERM, SIGINT, SIGHUP}) sigaddset(&mask, sig);
-      ::sigprocmask(SIG_SETMASK, &mask, nullptr);
-    });
+    const ShimRequest request{id, attempt, s_.job_pids_max, s_.kill_grace_s};
     // On failure the lock is free and holds no pid: the next pass queues the job again.
-    if (!started) std::cerr << "rsub daemon: fork: " << std::strerror(errno) << "\n";
+    if (!launcher_.send(request, lock_fd)) std::cerr << "rsub daemon: cannot start job " << id << "'s supervisor\n";
   }
 
   // What is left of an attempt whose supervisor died: its cgroup, killed and removed.
@@ -528,6 +565,81 @@ class Daemon {
     if (pid > 1 && probe_lock(lock) == 1 && ::kill(pid, SIGTERM) == 0) signalled_.insert({id, attempt});
   }
 
+  // One job's change: taken as it is now, or forgotten once it ended.
+  void apply(const Store::ActiveState& st) {
+    auto it = jobs_.find(st.id);
+    if (it == jobs_.end()) {
+      // Jobs after max_id_ are loaded whole by refresh; an older one active again (none
+      // is today) is read whole here.
+      if (st.id > max_id_ || terminal(st.state)) return;
+      if (auto j = store_.job(st.id); j && !terminal(j->state)) track(jobs_.emplace(st.id, std::move(*j)).first->second);
+      return;
+    }
+    JobRecord& j = it->second;
+    if (st.attempts != j.attempts || st.state != j.state) {
+      if (j.state == JobState::Running) account(j, now_s());
+      j = *store_.job(j.id);  // started, requeued or ended meanwhile: take it whole
+    } else {
+      j.held = st.held;
+      j.cancel_requested = st.cancel_requested;
+      j.eligible_s = st.eligible_s;
+      j.reason.clear();  // the stored one may have changed with them (rsub hold): the next pass writes it
+    }
+    if (!terminal(j.state)) {
+      track(j);
+      return;
+    }
+    forget(j);
+    untrack(j.id);
+    jobs_.erase(it);
+  }
+
+  // Keeps in_.pending (one entry per pending job, at pending_at_[id], its last stored
+  // reason in reasons_ at the same place) and running_ in step with a job of jobs_ that
+  // was loaded or changed, so that a pass does not rebuild them from every job.
+  void track(const JobRecord& j) {
+    if (j.state == JobState::Running) {
+      untrack(j.id);
+      running_.insert(j.id);
+      return;
+    }
+    running_.erase(j.id);
+    PendingJob p{j.id,
+                 j.spec.tenant,
+                 j.user,
+                 j.array_parent,
+                 j.spec.array ? j.spec.array->max_concurrent : 0,
+                 j.spec.resources,
+                 j.spec.time_limit_s,
+                 j.spec.priority,
+                 j.submit_s,
+                 j.eligible_s,
+                 j.held,
+                 j.spec.depends};
+    auto [it, added] = pending_at_.try_emplace(j.id, in_.pending.size());
+    if (added) {
+      in_.pending.push_back(std::move(p));
+      reasons_.push_back(j.reason);
+    } else {
+      in_.pending[it->second] = std::move(p);
+      reasons_[it->second] = j.reason;
+    }
+  }
+  void untrack(std::int64_t id) {
+    running_.erase(id);
+    auto it = pending_at_.find(id);
+    if (it == pending_at_.end()) return;
+    const std::size_t at = it->second, last = in_.pending.size() - 1;
+    if (at != last) {  // the last entry takes its place
+      in_.pending[at] = std::move(in_.pending[last]);
+      reasons_[at] = std::move(reasons_[last]);
+      pending_at_[in_.pending[at].id] = at;
+    }
+    in_.pending.pop_back();
+    reasons_.pop_back();
+    pending_at_.erase(id);
+  }
+
   // Fair-share usage: core-seconds plus gpu_weight × GPU-seconds, decayed.
   void account(const JobRecord& j, double now) {
     const double from = std::max(j.start_s.value_or(now), last_pass_);
@@ -544,8 +656,7 @@ class Daemon {
   }
   void decay_usage(double now) {
     for (auto& [tenant, v] : usage_) v.first = decay(v.first, std::max(0.0, now - v.second), s_.half_life_s);
-    for (const auto& [id, j] : jobs_)
-      if (j.state == JobState::Running) account(j, now);
+    for (const std::int64_t id : running_) account(jobs_.at(id), now);
     for (auto& [tenant, v] : usage_) v.second = now;
     last_pass_ = now;
   }
@@ -570,9 +681,16 @@ class Daemon {
   Settings s_;
   Machine machine_;
   Store store_;
+  ShimLauncher launcher_{s_.dir};
   std::string host_;
-  std::map<std::int64_t, JobRecord> jobs_;
+  std::map<std::int64_t, JobRecord> jobs_;  // the active ones
+  SchedInput in_;                            // what track() keeps of them for the scheduler
+  std::unordered_map<std::int64_t, std::size_t> pending_at_;
+  std::vector<std::string> reasons_;
+  std::set<std::int64_t> running_;
   std::int64_t max_id_ = 0;
+  bool loaded_ = false;
+  std::int64_t change_seq_ = 0, trimmed_seq_ = 0;  // the change log: read up to, dropped up to
   std::set<std::pair<std::int64_t, int>> signalled_;  // (job, attempt) sent a cancel
   std::unordered_map<std::int64_t, int> start_failures_;  // attempts whose supervisor never ran
   std::map<std::string, std::pair<double, double>> usage_;
@@ -695,6 +813,11 @@ int run_daemon(const Settings& initial, const DaemonOptions& options) {
       std::cerr << "rsub daemon: scheduling pass failed: " << e.what() << '\n';
     }
     if (options.once) break;
+    try {
+      daemon.trim_changes();
+    } catch (const std::exception& e) {
+      std::cerr << "rsub daemon: trim the change log: " << e.what() << '\n';
+    }
     pollfd fds[3] = {{wake.get(), POLLIN, 0}, {sig_fd.get(), POLLIN, 0}, {wake_event.get(), POLLIN, 0}};
     ::poll(fds, 3, 1000);
     if (fds[1].revents & POLLIN || dir_gone()) break;
@@ -718,7 +841,7 @@ int run_daemon(const Settings& initial, const DaemonOptions& options) {
 SchedPlan dry_pass(const Settings& settings, const Machine& machine) {
   Daemon d(settings, machine);
   d.refresh();
-  return schedule(d.input(now_s()));
+  return schedule(d.input(now_s(), true));
 }
 
 PassTiming time_pass(const Settings& settings, const Machine& machine) {
@@ -732,7 +855,10 @@ PassTiming time_pass(const Settings& settings, const Machine& machine) {
   out.load_ms = ms_since(t);
   t = std::chrono::steady_clock::now();
   d.refresh();
-  out.plan = schedule(d.input(now_s()));
+  out.refresh_ms = ms_since(t);
+  const SchedInput& in = d.input(now_s(), false);
+  out.input_ms = ms_since(t) - out.refresh_ms;
+  out.plan = schedule(in);
   out.pass_ms = ms_since(t);
   return out;
 }

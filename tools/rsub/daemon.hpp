@@ -12,8 +12,8 @@
 //   <state>/rsub/logs/ID/task-T.out, .err   each task's output (attempts append)
 //
 // Durability: the daemon creates and locks a job attempt's lock file before it starts
-// the supervisor, which inherits the lock (the daemon then closes its copy), so the lock
-// is free exactly when the supervisor is gone. The supervisor records the attempt's end
+// the supervisor, which receives the lock (through the launcher, run_launcher; the daemon
+// then closes its copy), so the lock is free exactly when the supervisor is gone. The supervisor records the attempt's end
 // in the store before it exits. A daemon that starts (also after kill -9) finds each
 // RUNNING job's lock: held → its supervisor still runs and will record the end; free,
 // no end recorded, and the supervisor's pid in the file (written before it starts any
@@ -90,10 +90,24 @@ struct DaemonOptions {
 // lock (the caller decides whether that is an error).
 int run_daemon(const Settings& settings, const DaemonOptions& options);
 
-// The hidden `rsub _shim` entry: supervises attempt `attempt` of job `id`, holding the
-// lock inherited on descriptor `lock_fd`; `pids_max` bounds the tasks of its cgroup (0:
-// none). Returns its exit code (0 once the end is stored).
+// Supervises attempt `attempt` of job `id`, holding the lock on descriptor `lock_fd`;
+// `pids_max` bounds the tasks of its cgroup (0: none). Returns its exit code (0 once the
+// end is stored).
 int run_shim(const std::string& dir, std::int64_t id, int attempt, int lock_fd, double kill_grace_s, int pids_max);
+
+// What the daemon asks its launcher for: one supervisor (the attempt's lock travels with
+// the message, as SCM_RIGHTS).
+struct ShimRequest {
+  std::int64_t id = 0;
+  std::int32_t attempt = 0;
+  std::int32_t pids_max = 0;
+  double kill_grace_s = 0;
+};
+// The hidden `rsub _launcher DIR FD` entry: the daemon's single-threaded helper, exec'd
+// once, that forks a supervisor for each ShimRequest read from the socket `fd` (a
+// socketpair's end only the daemon holds). A supervisor so started runs in a session of
+// its own and needs no exec of its own. Returns 0 when the daemon closes its end.
+int run_launcher(const std::string& dir, int fd);
 // Where a store's job cgroups live, under each hierarchy: rkit/<store tag>.
 std::string cgroup_parent(const std::string& store_tag);
 
@@ -102,9 +116,10 @@ std::string cgroup_parent(const std::string& store_tag);
 SchedPlan dry_pass(const Settings& settings, const Machine& machine);
 
 // For `rsub _bench-pass`: the time to load the active jobs (a daemon's first pass), and
-// the time of a pass after it (reading what changed, scheduling), in milliseconds.
+// the time of a pass after it (pass_ms: reading what changed, refresh_ms; building the
+// scheduler's input, input_ms; scheduling), in milliseconds.
 struct PassTiming {
-  double load_ms = 0, pass_ms = 0;
+  double load_ms = 0, pass_ms = 0, refresh_ms = 0, input_ms = 0;
   SchedPlan plan;
 };
 PassTiming time_pass(const Settings& settings, const Machine& machine);

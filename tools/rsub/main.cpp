@@ -160,10 +160,12 @@ int main(int argc, char** argv) {
   daemon_cmd->add_flag("--foreground", foreground, "Stay in the foreground (for a service manager)");
   daemon_cmd->add_flag("--once", once, "One scheduling pass, then exit");
 
-  // Hidden: the per-job supervisor the daemon starts, and benchmark helpers.
-  auto* shim_cmd = app.add_subcommand("_shim")->group("");
-  std::vector<std::string> shim_args;
-  shim_cmd->add_option("args", shim_args)->expected(6);
+  // Hidden: the daemon's launcher of job supervisors, and benchmark helpers.
+  auto* launcher_cmd = app.add_subcommand("_launcher")->group("");
+  std::string launcher_dir;
+  int launcher_fd = -1;
+  launcher_cmd->add_option("dir", launcher_dir)->required();
+  launcher_cmd->add_option("fd", launcher_fd)->required();
   auto* fill_cmd = app.add_subcommand("_bench-fill")->group("");
   int fill_jobs = 0, fill_tenants = 1;
   fill_cmd->add_option("jobs", fill_jobs)->required();
@@ -187,9 +189,7 @@ int main(int argc, char** argv) {
     }
     if (!over.command.empty() && !*submit_cmd && !app.get_subcommands().empty())
       usage_error("a command after -- is a job's: only rsub [options] -- COMMAND and rsub submit take one");
-    if (*shim_cmd)
-      return run_shim(shim_args[0], std::stoll(shim_args[1]), std::stoi(shim_args[2]), std::stoi(shim_args[3]),
-                      std::stod(shim_args[4]), std::stoi(shim_args[5]));
+    if (*launcher_cmd) return run_launcher(launcher_dir, launcher_fd);
     const CommonOptions& opts = tool.options();
     const Settings settings = load_settings(tool.config());
     if (*daemon_cmd) {

@@ -183,28 +183,34 @@ void Pass::hold(const std::vector<TaskAlloc>& tasks, int tenant, int user, std::
 bool Pass::blocked(const Entry& e, Verdict& v) const {
   const PendingJob& j = *e.job;
   const Resources& r = j.resources;
-  auto verdict = [&](const char* reason, std::string detail, bool never = false) {
+  // The detail is made only when it is wanted: most passes store reasons only.
+  auto verdict = [&](const char* reason, auto&& detail, bool never = false) {
     v.reason = reason;
-    v.detail = std::move(detail);
+    if (in_.details || never) v.detail = detail();
     v.never = never;
     return true;
   };
   if (r.tasks < 1 || r.cpus_per_task < 1 || r.gpus_per_task < 0)
-    return verdict("Impossible", fmt::format("asks for {} tasks of {} cores and {} GPUs", r.tasks, r.cpus_per_task,
-                                             r.gpus_per_task), true);
+    return verdict("Impossible", [&] {
+      return fmt::format("asks for {} tasks of {} cores and {} GPUs", r.tasks, r.cpus_per_task, r.gpus_per_task);
+    }, true);
   if (e.need.cores > static_cast<std::int64_t>(topo_.cores.size()))
-    return verdict("Impossible", fmt::format("needs {}, the machine has {}", count(e.need.cores, "core"),
-                                             topo_.cores.size()), true);
+    return verdict("Impossible", [&] {
+      return fmt::format("needs {}, the machine has {}", count(e.need.cores, "core"), topo_.cores.size());
+    }, true);
   if (e.need.gpus > type_totals_[static_cast<std::size_t>(e.type)])
-    return verdict("Impossible", fmt::format("needs {}{}, the machine has {}", count(e.need.gpus, "GPU"),
-                                             r.gpu_type.empty() ? "" : " of type " + r.gpu_type,
-                                             type_totals_[static_cast<std::size_t>(e.type)]), true);
+    return verdict("Impossible", [&] {
+      return fmt::format("needs {}{}, the machine has {}", count(e.need.gpus, "GPU"),
+                         r.gpu_type.empty() ? "" : " of type " + r.gpu_type,
+                         type_totals_[static_cast<std::size_t>(e.type)]);
+    }, true);
   if (count_memory_ && e.need.memory > static_cast<std::int64_t>(in_.machine->memory_bytes))
-    return verdict("Impossible", fmt::format("needs {} of memory, the machine has {}",
-                                             format_bytes(static_cast<std::uint64_t>(e.need.memory)),
-                                             format_bytes(in_.machine->memory_bytes)), true);
+    return verdict("Impossible", [&] {
+      return fmt::format("needs {} of memory, the machine has {}", format_bytes(static_cast<std::uint64_t>(e.need.memory)),
+                         format_bytes(in_.machine->memory_bytes));
+    }, true);
 
-  std::string waiting;  // the first dependency still waiting, for the detail
+  const Dependency* waiting = nullptr;  // the first dependency still waiting, for the detail
   for (const Dependency& d : j.depends) {
     auto it = in_.dependencies.find(d.job);
     std::optional<DepStatus> s;
@@ -212,47 +218,55 @@ bool Pass::blocked(const Entry& e, Verdict& v) const {
     const bool never = !s || (d.type == DepType::AfterOk && *s == DepStatus::NotOk) ||
                        (d.type == DepType::AfterNotOk && *s == DepStatus::Completed);
     if (never)
-      return verdict("DependencyNeverSatisfied",
-                     fmt::format("{}:{} can never be satisfied: job {} {}", dep_type_name(d.type), d.job, d.job,
-                                 !s ? "is unknown" : *s == DepStatus::Completed ? "completed" : "did not succeed"),
-                     true);
+      return verdict("DependencyNeverSatisfied", [&] {
+        return fmt::format("{}:{} can never be satisfied: job {} {}", dep_type_name(d.type), d.job, d.job,
+                           !s ? "is unknown" : *s == DepStatus::Completed ? "completed" : "did not succeed");
+      }, true);
     if (*s == DepStatus::Active) {
-      if (v.waits_for.empty())
-        waiting = fmt::format("waits for job {} ({}, {})", d.job, dep_type_name(d.type),
-                              running_ids_.count(d.job) ? "running" : "pending");
+      if (!waiting) waiting = &d;
       v.waits_for.push_back(d.job);
     }
   }
   if (j.held) {
     v.waits_for.clear();
-    return verdict("JobHeldUser", fmt::format("held: rsub release {} lets it run", j.id));
+    return verdict("JobHeldUser", [&] { return fmt::format("held: rsub release {} lets it run", j.id); });
   }
-  if (!v.waits_for.empty()) {
-    if (v.waits_for.size() > 1) waiting += fmt::format(" and {} more", v.waits_for.size() - 1);
-    return verdict("Dependency", std::move(waiting));
-  }
+  if (waiting)
+    return verdict("Dependency", [&] {
+      std::string line = fmt::format("waits for job {} ({}, {})", waiting->job, dep_type_name(waiting->type),
+                                     running_ids_.count(waiting->job) ? "running" : "pending");
+      if (v.waits_for.size() > 1) line += fmt::format(" and {} more", v.waits_for.size() - 1);
+      return line;
+    });
   if (j.eligible_s > in_.now)
-    return verdict("BeginTime", fmt::format("retry backoff: eligible in {}", format_duration(j.eligible_s - in_.now)));
+    return verdict("BeginTime", [&] {
+      return fmt::format("retry backoff: eligible in {}", format_duration(j.eligible_s - in_.now));
+    });
   if (j.array_parent && j.array_max_concurrent > 0) {
     auto it = array_jobs_.find(*j.array_parent);
     const int n = it == array_jobs_.end() ? 0 : it->second;
     if (n >= j.array_max_concurrent)
-      return verdict("JobArrayTaskLimit", fmt::format("array {} runs {} of its {} at once", *j.array_parent, n,
-                                                      j.array_max_concurrent));
+      return verdict("JobArrayTaskLimit", [&] {
+        return fmt::format("array {} runs {} of its {} at once", *j.array_parent, n, j.array_max_concurrent);
+      });
   }
   const int user_jobs = user_jobs_[static_cast<std::size_t>(e.user)];
   if (in_.config.max_running_jobs_per_user && user_jobs >= *in_.config.max_running_jobs_per_user)
-    return verdict("UserJobLimit", fmt::format("user {} runs {} of at most {}", j.user, count(user_jobs, "job"),
-                                               *in_.config.max_running_jobs_per_user));
+    return verdict("UserJobLimit", [&] {
+      return fmt::format("user {} runs {} of at most {}", j.user, count(user_jobs, "job"),
+                         *in_.config.max_running_jobs_per_user);
+    });
   const Tenant& t = tenants_[static_cast<std::size_t>(e.tenant)];
   if (t.policy && t.policy->max_gpus && e.need.gpus > 0 && t.gpus + e.need.gpus > *t.policy->max_gpus)
-    return verdict("TenantGpuLimit", fmt::format("tenant {} holds {} of its {} GPUs{}", t.name, t.gpus,
-                                                 *t.policy->max_gpus,
-                                                 e.need.gpus > 1 ? fmt::format(", needs {}", e.need.gpus) : ""));
+    return verdict("TenantGpuLimit", [&] {
+      return fmt::format("tenant {} holds {} of its {} GPUs{}", t.name, t.gpus, *t.policy->max_gpus,
+                         e.need.gpus > 1 ? fmt::format(", needs {}", e.need.gpus) : "");
+    });
   if (t.policy && t.policy->max_cpus && t.cores + e.need.cores > *t.policy->max_cpus)
-    return verdict("TenantCpuLimit", fmt::format("tenant {} holds {} of its {} cores{}", t.name, t.cores,
-                                                 *t.policy->max_cpus,
-                                                 e.need.cores > 1 ? fmt::format(", needs {}", e.need.cores) : ""));
+    return verdict("TenantCpuLimit", [&] {
+      return fmt::format("tenant {} holds {} of its {} cores{}", t.name, t.cores, *t.policy->max_cpus,
+                         e.need.cores > 1 ? fmt::format(", needs {}", e.need.cores) : "");
+    });
   return false;
 }
 
@@ -421,20 +435,23 @@ SchedPlan Pass::run() {
       if (!res) {
         res = reserve(e, v);
         v.reason = "Resources";
-        v.detail = shortage(e);
-        if (v.detail.empty()) v.detail = "cannot be placed";
-        v.detail += res->time < kNever
-                        ? fmt::format("; expected to start in {}", format_duration(res->time - in_.now))
-                        : std::string("; no expected start: a job without a time limit must end first");
+        if (in_.details) {
+          v.detail = shortage(e);
+          if (v.detail.empty()) v.detail = "cannot be placed";
+          v.detail += res->time < kNever
+                          ? fmt::format("; expected to start in {}", format_duration(res->time - in_.now))
+                          : std::string("; no expected start: a job without a time limit must end first");
+        }
       } else {
         const std::int64_t top = res->top->job->id;
         v.reason = "Priority";
-        v.detail = outcome == Outcome::NoRoom
-                       ? fmt::format("behind job {}; {}", top, shortage(e))
-                   : res->time < kNever
-                       ? fmt::format("fits now but would delay job {}, expected to start in {}", top,
-                                     format_duration(res->time - in_.now))
-                       : fmt::format("fits now but would take what job {} needs", top);
+        if (in_.details)
+          v.detail = outcome == Outcome::NoRoom
+                         ? fmt::format("behind job {}; {}", top, shortage(e))
+                     : res->time < kNever
+                         ? fmt::format("fits now but would delay job {}, expected to start in {}", top,
+                                       format_duration(res->time - in_.now))
+                         : fmt::format("fits now but would take what job {} needs", top);
       }
     }
     plan_.verdicts.push_back(std::move(v));

@@ -107,6 +107,9 @@ struct SchedInput {
   // dependency on it is never satisfied.
   std::unordered_map<std::int64_t, DepStatus> dependencies;
   double now = 0;
+  // Verdicts with their detail lines (`rsub why`); without, only reasons (and the details
+  // of `never` verdicts), which is all a daemon's pass stores.
+  bool details = true;
 };
 
 struct Start {
@@ -126,6 +129,7 @@ struct Verdict {
   std::int64_t job = 0;
   std::string reason;           // Resources, Priority, Dependency, JobHeldUser, ...
   std::string detail;           // one line a user can act on: "needs 2 GPUs, 0 of 2 free"
+                                // (empty unless SchedInput::details, or never)
   bool never = false;           // can never run (the daemon fails it)
   PriorityFactors priority;
   int position = 0;             // 1-based rank by score among the jobs left waiting for

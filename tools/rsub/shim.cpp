@@ -1,4 +1,5 @@
-// File: rsub/shim.cpp — the supervisor of one attempt of one job (`rsub _shim`).
+// File: rsub/shim.cpp — the supervisor of one attempt of one job, and the launcher that
+// starts supervisors for the daemon (`rsub _launcher`).
 //
 // It starts the job's tasks together (a gang) in one process group, each bound to its
 // cores, with its GPUs in CUDA_VISIBLE_DEVICES and its output appended to its log files;
@@ -15,6 +16,7 @@
 #include <poll.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -366,6 +368,60 @@ int run_shim(const std::string& dir, std::int64_t id, int attempt, int lock_fd, 
   ::unlink(lock_path(dir, id, attempt).c_str());  // the end is stored: nothing to watch
   wake_daemon(dir);
   return 0;
+}
+
+int run_launcher(const std::string& dir, int fd) {
+  // Supervisors are reaped as they end: nothing here waits for them.
+  struct sigaction reap {};
+  reap.sa_handler = SIG_IGN;
+  reap.sa_flags = SA_NOCLDWAIT;
+  ::sigaction(SIGCHLD, &reap, nullptr);
+  for (int sig : {SIGINT, SIGHUP}) ::signal(sig, SIG_IGN);  // a terminal's; the daemon's closed end ends us
+  for (;;) {
+    ShimRequest request;
+    iovec iov{&request, sizeof request};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    const ssize_t n = ::recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return 0;  // the daemon is gone
+    int lock_fd = -1;
+    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c))
+      if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len == CMSG_LEN(sizeof(int)))
+        std::memcpy(&lock_fd, CMSG_DATA(c), sizeof(int));
+    if (n != ssize_t(sizeof request) || lock_fd < 0 || (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
+      std::cerr << "rsub launcher: a malformed request from the daemon\n";
+      if (lock_fd >= 0) ::close(lock_fd);
+      continue;
+    }
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      // The supervisor: a session of its own, the daemon's socket closed, the signals it
+      // waits for blocked, everything else at its default.
+      ::setsid();
+      ::close(fd);
+      for (int sig = 1; sig < NSIG; ++sig) ::signal(sig, SIG_DFL);
+      sigset_t mask;
+      sigemptyset(&mask);
+      for (int sig : {SIGCHLD, SIGTERM, SIGINT, SIGHUP}) sigaddset(&mask, sig);
+      ::sigprocmask(SIG_SETMASK, &mask, nullptr);
+      int code = 1;
+      try {
+        code = run_shim(dir, request.id, request.attempt, lock_fd, request.kill_grace_s, request.pids_max);
+      } catch (const std::exception& e) {
+        std::cerr << "rsub: supervisor: job " << request.id << ": " << e.what() << '\n';
+      }
+      std::cerr.flush();
+      ::_exit(code);
+    }
+    // On failure the lock goes with our copy, holding no pid: the daemon queues the job again.
+    if (pid < 0) std::cerr << "rsub launcher: fork: " << std::strerror(errno) << "\n";
+    ::close(lock_fd);
+  }
 }
 
 }  // namespace rkit::rsub

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <random>
 #include <string_view>
+#include <unordered_map>
 
 #include "rkit/error.hpp"
 #include "rkit/process.hpp"
@@ -23,7 +24,8 @@ namespace {
 // 2: jobs.backend and jobs.remote_id (jobs on Slurm and Kubernetes backends).
 // 3: jobs.environ (the submitter's environment, captured at submit), and what the job's
 //    cgroup measured (cpu_s, peak_memory_bytes).
-constexpr int kSchemaVersion = 3;
+// 4: the changes table, filled by a trigger: which local jobs changed, in commit order.
+constexpr int kSchemaVersion = 4;
 
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS jobs(
@@ -47,6 +49,9 @@ CREATE TABLE IF NOT EXISTS tasks(
   PRIMARY KEY(job_id, attempt, task));
 CREATE TABLE IF NOT EXISTS usage(tenant TEXT PRIMARY KEY, value REAL NOT NULL, updated_s REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS changes(seq INTEGER PRIMARY KEY AUTOINCREMENT, job_id INTEGER NOT NULL);
+CREATE TRIGGER IF NOT EXISTS jobs_changed AFTER UPDATE OF state, held, cancel_requested, eligible_s, attempts ON jobs
+  WHEN NEW.backend = 'local' BEGIN INSERT INTO changes(job_id) VALUES (NEW.id); END;
 )sql";
 
 // Version 1 stores, from before remote backends: the columns that version 2 added.
@@ -448,16 +453,31 @@ std::vector<JobRecord> Store::active_jobs_after(std::int64_t after_id) {
   return out;
 }
 
-std::vector<Store::ActiveState> Store::active_states() {
+std::int64_t Store::change_seq() {
+  Stmt& s = stmt("SELECT seq FROM sqlite_sequence WHERE name = 'changes'");
+  Stmt::Finish finish{s};
+  return s.step() ? s.i64(0) : 0;
+}
+
+std::vector<Store::ActiveState> Store::changed_since(std::int64_t& seq) {
   Stmt& s = stmt(
-      "SELECT id, state, held, cancel_requested, eligible_s, attempts FROM jobs WHERE state IN ('PENDING', "
-      "'RUNNING') AND backend = 'local' ORDER BY id");
+      "SELECT c.seq, j.id, j.state, j.held, j.cancel_requested, j.eligible_s, j.attempts FROM changes c JOIN jobs j "
+      "ON j.id = c.job_id WHERE c.seq > ? ORDER BY c.seq");
+  s.bind(seq);
   std::vector<ActiveState> out;
-  while (s.step())
-    out.push_back({s.i64(0), s.text(1) == "RUNNING" ? JobState::Running : JobState::Pending, s.i32(2) != 0,
-                   s.i32(3) != 0, s.f64(4), s.i32(5)});
+  std::unordered_map<std::int64_t, std::size_t> at;  // a job changed twice: its row, once
+  while (s.step()) {
+    seq = std::max(seq, s.i64(0));
+    const ActiveState st{s.i64(1), parse_state(s.text(2)).value_or(JobState::Lost), s.i32(3) != 0, s.i32(4) != 0,
+                         s.f64(5), s.i32(6)};
+    auto [it, added] = at.try_emplace(st.id, out.size());
+    if (added) out.push_back(st);
+    else out[it->second] = st;
+  }
   return out;
 }
+
+void Store::forget_changes(std::int64_t upto) { stmt("DELETE FROM changes WHERE seq <= ?").bind(upto).run(); }
 
 std::vector<std::pair<std::int64_t, JobState>> Store::states_of(const std::vector<std::int64_t>& ids) {
   std::vector<std::pair<std::int64_t, JobState>> out;

@@ -132,8 +132,12 @@ class Store {
   std::uint64_t data_version();
 
   // --- the daemon -----------------------------------------------------------------------
-  // Only the columns that change while a job is active, for jobs with id > after_id
-  // loaded in full elsewhere: the daemon's cheap refresh.
+  // The daemon's cheap refresh: it loads the active jobs once (active_jobs_after), then
+  // reads only what changed. Every update of a local job's state, hold, cancel request,
+  // eligibility or attempts is logged (the changes table, filled by a trigger, whoever
+  // writes): change_seq() is the log's last number, changed_since(seq) the jobs changed
+  // after `seq` (each once, as it is now, terminal ones too), advancing `seq`;
+  // forget_changes drops the log up to a number (the daemon, once it has read it).
   struct ActiveState {
     std::int64_t id;
     JobState state;
@@ -141,7 +145,9 @@ class Store {
     double eligible_s;
     int attempts;
   };
-  std::vector<ActiveState> active_states();
+  std::int64_t change_seq();
+  std::vector<ActiveState> changed_since(std::int64_t& seq);
+  void forget_changes(std::int64_t upto);
   std::vector<JobRecord> active_jobs_after(std::int64_t after_id);
   // The state of each job of `ids`; unknown ids are left out.
   std::vector<std::pair<std::int64_t, JobState>> states_of(const std::vector<std::int64_t>& ids);
