@@ -623,12 +623,13 @@ int why(Context& ctx, const std::string& id) {
   return 0;
 }
 
-int bench_fill(Context& ctx, int jobs, int tenants) {
+int bench_fill(Context& ctx, int jobs, int tenants, bool held) {
   Store& store = ctx.store();
   JobSpec spec;
   spec.command = {"true"};
   spec.name = "bench";
   spec.workdir = "/";
+  spec.hold = held;
   store.transaction([&] {
     for (int i = 0; i < jobs; ++i) {
       spec.tenant = fmt::format("tenant{:02}", i % std::max(1, tenants));

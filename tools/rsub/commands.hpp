@@ -89,8 +89,9 @@ int why(Context& ctx, const std::string& id);
 int wait_code(const JobRecord& job);
 
 // Benchmark helpers (hidden commands): store `jobs` pending one-core jobs of `tenants`
-// tenants in one transaction; time one scheduling pass (prints milliseconds).
-int bench_fill(Context& ctx, int jobs, int tenants);
+// tenants in one transaction (held: none runs); time one scheduling pass (prints
+// milliseconds).
+int bench_fill(Context& ctx, int jobs, int tenants, bool held);
 int bench_pass(Context& ctx);
 // The cost of a job's cgroup: `jobs` times create, a child entering it, kill, measure and
 // remove, with a one-core, 1 GiB job's limits; prints the median and worst milliseconds.

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <climits>
 #include <cstring>
+#include <iostream>
 #include <string_view>
 
 #include "commands.hpp"
@@ -101,6 +102,16 @@ std::string self_exe() {
 int main(int argc, char** argv) {
   using namespace rkit;
   using namespace rkit::rsub;
+  // The daemon's launcher (`rsub _launcher DIR FD`, started by the daemon alone) before
+  // anything else: the supervisors it forks start from its small, clean memory.
+  if (argc == 4 && std::string_view(argv[1]) == "_launcher") {
+    try {
+      return run_launcher(argv[2], std::stoi(argv[3]));
+    } catch (const std::exception& e) {
+      std::cerr << "rsub launcher: " << e.what() << '\n';
+      return static_cast<int>(Exit::Software);
+    }
+  }
   Tool tool("rsub", "Submit jobs to the embedded scheduler (or: rsub [options] -- COMMAND); follow and control them");
   CLI::App& app = tool.app();
 
@@ -160,16 +171,13 @@ int main(int argc, char** argv) {
   daemon_cmd->add_flag("--foreground", foreground, "Stay in the foreground (for a service manager)");
   daemon_cmd->add_flag("--once", once, "One scheduling pass, then exit");
 
-  // Hidden: the daemon's launcher of job supervisors, and benchmark helpers.
-  auto* launcher_cmd = app.add_subcommand("_launcher")->group("");
-  std::string launcher_dir;
-  int launcher_fd = -1;
-  launcher_cmd->add_option("dir", launcher_dir)->required();
-  launcher_cmd->add_option("fd", launcher_fd)->required();
+  // Hidden: benchmark helpers.
   auto* fill_cmd = app.add_subcommand("_bench-fill")->group("");
   int fill_jobs = 0, fill_tenants = 1;
   fill_cmd->add_option("jobs", fill_jobs)->required();
   fill_cmd->add_option("tenants", fill_tenants);
+  bool fill_held = false;
+  fill_cmd->add_flag("--held", fill_held);
   auto* pass_cmd = app.add_subcommand("_bench-pass")->group("");
   auto* cgroup_cmd = app.add_subcommand("_bench-cgroup")->group("");
   int cgroup_jobs = 200;
@@ -189,7 +197,6 @@ int main(int argc, char** argv) {
     }
     if (!over.command.empty() && !*submit_cmd && !app.get_subcommands().empty())
       usage_error("a command after -- is a job's: only rsub [options] -- COMMAND and rsub submit take one");
-    if (*launcher_cmd) return run_launcher(launcher_dir, launcher_fd);
     const CommonOptions& opts = tool.options();
     const Settings settings = load_settings(tool.config());
     if (*daemon_cmd) {
@@ -207,7 +214,7 @@ int main(int argc, char** argv) {
       ctx.settings = settings;
       ctx.me = user_of(::getuid());
       if (*cgroup_cmd) return bench_cgroup(ctx, cgroup_jobs);
-      return *fill_cmd ? bench_fill(ctx, fill_jobs, fill_tenants) : bench_pass(ctx);
+      return *fill_cmd ? bench_fill(ctx, fill_jobs, fill_tenants, fill_held) : bench_pass(ctx);
     }
     // Everything else is a request to the daemon, which alone opens the job store.
     Json request;

@@ -293,6 +293,12 @@ int run_shim(const std::string& dir, std::int64_t id, int attempt, int lock_fd, 
   UniqueFd signals(::signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK));  // the blocked ones, polled
   const double t0 = monotonic();
   const std::optional<double> limit = job->spec.time_limit_s;
+  struct TaskEnd {
+    int task;
+    std::optional<int> code, sig;
+    double at;
+  };
+  std::optional<TaskEnd> last_task;
   int running = 0;
   for (pid_t p : pids) running += p > 0;
   while (running > 0) {
@@ -308,7 +314,11 @@ int run_shim(const std::string& dir, std::int64_t id, int attempt, int lock_fd, 
       std::optional<int> code, sig;
       if (WIFEXITED(status)) code = WEXITSTATUS(status);
       else sig = WTERMSIG(status);
-      record("record a task's end", [&] { store.task_ended(id, attempt, static_cast<int>(t), code, sig, now_s()); });
+      // The last task's end is stored with the attempt's, in one transaction.
+      if (running > 0)
+        record("record a task's end", [&] { store.task_ended(id, attempt, static_cast<int>(t), code, sig, now_s()); });
+      else
+        last_task = TaskEnd{static_cast<int>(t), code, sig, now_s()};
       // A task killed by SIGKILL in a group whose memory limit struck: OUT_OF_MEMORY.
       if (sig == SIGKILL && cgroup && cgroup->oom_killed()) end_group(AttemptEnd::How::OutOfMemory, code, sig);
       if (code.value_or(1) != 0) end_group(sig ? AttemptEnd::How::Signaled : AttemptEnd::How::Exited, code, sig);
@@ -357,7 +367,10 @@ int run_shim(const std::string& dir, std::int64_t id, int attempt, int lock_fd, 
   // ten minutes, holding the lock, through a busy or full store.
   for (int tries = 0;; ++tries) {
     try {
-      store.end_attempt(id, attempt, end);
+      store.transaction([&] {
+        if (last_task) store.task_ended(id, attempt, last_task->task, last_task->code, last_task->sig, last_task->at);
+        store.end_attempt(id, attempt, end);
+      });
       break;
     } catch (const std::exception& e) {
       if (tries == 60) throw;

@@ -18,6 +18,7 @@
 // unique across concurrent submitters and never reused. One Store per thread.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -238,6 +239,7 @@ class Store {
   std::string dir_;
   sqlite3* db_ = nullptr;
   int depth_ = 0;
+  std::chrono::steady_clock::time_point busy_since_;  // when the write lock was first found taken
   std::vector<std::pair<const char*, std::unique_ptr<Stmt>>> cache_;
 };
 
