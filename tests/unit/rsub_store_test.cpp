@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "rkit/error.hpp"
+#include "rkit/process.hpp"
 #include "store.hpp"
 #include "test_support.hpp"
 
@@ -567,6 +568,63 @@ TEST(RsubStoreChanges, LogsEachChangedJobOnceInCommitOrder) {
   EXPECT_EQ(changed[0].id, b);
   EXPECT_GT(seq, dropped_at);
   EXPECT_EQ(store.change_seq(), seq);
+}
+
+
+// --- the record's text -----------------------------------------------------------------------
+
+// What Json::dump writes for the record, field by field: to_json_line writes it without
+// building the object, and must write the same text.
+std::string record_as_json_dumps_it(const JobRecord& r) {
+  auto opt = [](const auto& v) { return v ? Json(*v) : Json(nullptr); };
+  std::optional<double> elapsed;
+  if (r.start_s) elapsed = r.end_s.value_or(now_s()) - *r.start_s;
+  Json j{{"schema", "rkit.job.v1"}, {"id", r.display_id()}, {"backend", r.backend},
+         {"remote_id", r.remote_id.empty() ? Json(nullptr) : Json(r.remote_id)}, {"job_id", r.id},
+         {"array_parent", opt(r.array_parent)}, {"array_index", opt(r.array_index)}};
+  const Json fields = parse_json(spec_record_fields(r.spec), "fields");
+  for (auto& [k, v] : fields.items()) j[k] = v;
+  const Json tail{{"user", r.user}, {"uid", r.uid}, {"state", state_name(r.state)}, {"reason", r.reason},
+                           {"held", r.held}, {"exit_code", opt(r.exit_code)},
+                           {"signal", r.signal ? Json(signal_name(*r.signal)) : Json(nullptr)},
+                           {"attempts", r.attempts}, {"submit_unix_s", r.submit_s}, {"start_unix_s", opt(r.start_s)},
+                           {"end_unix_s", opt(r.end_s)}, {"elapsed_s", opt(elapsed)},
+                           {"host", r.host.empty() ? Json(nullptr) : Json(r.host)}, {"cpu_used_s", opt(r.cpu_s)},
+                           {"memory_peak_bytes", opt(r.peak_memory_bytes)}};
+  for (auto& [k, v] : tail.items()) j[k] = v;
+  j["alloc"] = alloc_to_json(r.alloc);
+  return to_json_line(j);
+}
+
+TEST(RsubRecord, LineIsWhatJsonWouldWrite) {
+  JobRecord r;
+  r.id = 42;
+  r.spec = simple("a \"quoted\" name\twith a tab, é and \x01");
+  r.user = "alice";
+  r.uid = 1000;
+  r.state = JobState::Failed;
+  r.reason = "NonZeroExitCode";
+  r.submit_s = 1796072689.4727328;
+  r.start_s = 1796072690.0;  // integral: Json writes 1796072690.0
+  r.end_s = 1796072700.25;
+  r.exit_code = 3;
+  r.signal = 9;
+  r.attempts = 2;
+  r.host = "node-1";
+  r.cpu_s = 0.000012;  // below 1e-4: Json's exponent form
+  r.peak_memory_bytes = 1 << 20;
+  EXPECT_EQ(r.to_json_line(), record_as_json_dumps_it(r));
+  r.array_parent = 40;
+  r.array_index = 2;
+  r.cpu_s = 2e16;
+  r.start_s = std::nullopt;
+  r.end_s = std::nullopt;
+  r.signal = std::nullopt;
+  r.host = "";
+  r.reason = "bad byte \xff here";
+  r.submit_s = 0.5;
+  EXPECT_EQ(r.to_json_line(), record_as_json_dumps_it(r));
+  EXPECT_EQ(parse_json(r.to_json_line(), "line")["reason"], "bad byte \xef\xbf\xbd here") << "invalid UTF-8 replaced";
 }
 
 }  // namespace
