@@ -102,7 +102,7 @@ stop_rsub() {
 
 # The tools that were built, one name per line.
 tools() { for d in "$RKIT_BUILD_DIR"/tools/*/; do basename "$d"; done; }
-# Subcommands that `TOOL --help` lists (hidden ones, like rsub's _shim, are not listed).
+# Subcommands that `TOOL --help` lists (hidden ones, like rsub's _launcher, are not listed).
 subcommands() { "$1" --help | sed -n '/^Subcommands:/,$p' | awk 'NR > 1 && NF {print $1}'; }
 # Long options that `TOOL [SUB] --help` lists, sorted.
 options_of() { "$@" --help | grep -oE '^ +(-[a-zA-Z],)?--[a-z][a-z0-9-]*' | grep -oE -- '--[a-z][a-z0-9-]*' | sort -u; }

@@ -23,6 +23,18 @@ daemon_pid() {
   cat "$file"
 }
 
+# The pid of the daemon's launcher of supervisors (started with the first job).
+launcher_pid() {
+  local pid
+  for _ in $(seq 50); do
+    pid=$(pgrep -f -x "/proc/self/exe _launcher $RKIT_STATE_DIR/rsub [0-9]+" | head -n 1)
+    [[ -n $pid ]] && break
+    sleep 0.1
+  done
+  [[ -n $pid ]] || { echo "no launcher runs for $RKIT_STATE_DIR" >&2; return 1; }
+  echo "$pid"
+}
+
 @test "rsub -- CMD runs it: id on stdout, wait gives its exit code, logs its output" {
   run rsub -- sh -c 'echo hello from $RSUB_JOB_ID'
   assert_success
@@ -315,7 +327,11 @@ daemon_pid() {
   ids=()
   for i in 1 2 3 4; do ids+=("$(rsub -- sh -c "echo run >> ran.$i; sleep 1.5; exit $i")"); done
   wait_state "${ids[0]}" RUNNING
+  launcher=$(launcher_pid) || false
   kill -KILL "$(daemon_pid)"
+  # Its launcher ends with it (the supervisors it started go on).
+  for _ in $(seq 50); do kill -0 "$launcher" 2>/dev/null || break; sleep 0.1; done
+  refute_alive "$launcher"
   # While it is down: more submissions are stored, and the running jobs finish.
   ids+=("$(rsub --hold -- true)")
   rsub daemon  # the next one
@@ -327,6 +343,23 @@ daemon_pid() {
   run rsub wait "${ids[4]}"
   assert_success
   for i in 1 2 3 4; do [[ $(cat "ran.$i") == run ]]; done  # each ran exactly once
+}
+
+@test "the daemon's launcher killed: running jobs go on, the next job starts through a new one" {
+  id=$(rsub -- sh -c 'sleep 1; echo first')
+  wait_state "$id" RUNNING
+  first=$(launcher_pid) || false
+  kill -KILL "$first"
+  run rsub wait "$id"
+  assert_success
+  run rsub logs "$id"
+  assert_output "first"
+  id=$(rsub -- echo second)
+  run rsub wait --timeout 30s "$id"
+  assert_success
+  run rsub logs "$id"
+  assert_output "second"
+  [[ $(launcher_pid) != "$first" ]]
 }
 
 @test "a daemon killed between marking a job RUNNING and starting it: the job runs, once" {
