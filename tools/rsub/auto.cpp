@@ -94,7 +94,7 @@ Placement place_job(Context& ctx, const JobSpec& spec) {
   const double hours = spec.time_limit_s.value_or(3600) / 3600;
   std::optional<double> best_wait;
   for (const std::string& name : ctx.settings.auto_backends) {
-    const BackendConfig& config = ctx.settings.backends.at(name);
+    const BackendConfig config = backend_config(ctx, name);  // asked as the caller, not as root
     std::string cost_text;
     if (prices) {
       const double cost = prices->at(name).hourly(static_cast<double>(r.tasks) * r.cpus_per_task, static_cast<double>(r.tasks) * r.gpus_per_task,

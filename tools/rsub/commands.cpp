@@ -97,21 +97,6 @@ UniqueFd open_job_log(const std::string& dir, const std::string& name, std::uint
 
 void sleep_s(double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); }
 
-// The backend's configuration, for acting on the caller's jobs: a root daemon runs the
-// backend's commands as the caller (BackendConfig::run_as_uid).
-BackendConfig backend_config(const Context& ctx, const std::string& name) {
-  const auto it = ctx.settings.backends.find(name);
-  if (it != ctx.settings.backends.end()) {
-    BackendConfig c = it->second;
-    if (::geteuid() == 0 && ctx.me.uid != 0) c.run_as_uid = ctx.me.uid;
-    return c;
-  }
-  std::string known = "local";
-  for (const auto& [n, _] : ctx.settings.backends) known += ", " + n;
-  throw Error(Exit::Usage, fmt::format("backend \"{}\" is not configured (configured: {}, and auto)", name, known),
-              "backends are [rsub.backends.NAME] tables of the configuration (rsub(1), BACKENDS)");
-}
-
 // The remote ids of jobs whose submission was not confirmed, when the backend has them
 // now; such jobs still unknown after their backend's retry window (and 5 minutes more)
 // are LOST: they may run there, so they are never submitted again.
@@ -240,6 +225,19 @@ Submitter user_of(uid_t uid) {
   char buf[4096];
   me.user = ::getpwuid_r(uid, &pw, buf, sizeof buf, &found) == 0 && found ? found->pw_name : std::to_string(uid);
   return me;
+}
+
+BackendConfig backend_config(const Context& ctx, const std::string& name) {
+  const auto it = ctx.settings.backends.find(name);
+  if (it != ctx.settings.backends.end()) {
+    BackendConfig c = it->second;
+    if (::geteuid() == 0 && ctx.me.uid != 0) c.run_as_uid = ctx.me.uid;
+    return c;
+  }
+  std::string known = "local";
+  for (const auto& [n, _] : ctx.settings.backends) known += ", " + n;
+  throw Error(Exit::Usage, fmt::format("backend \"{}\" is not configured (configured: {}, and auto)", name, known),
+              "backends are [rsub.backends.NAME] tables of the configuration (rsub(1), BACKENDS)");
 }
 
 bool is_admin(const Context& ctx) {

@@ -52,6 +52,11 @@ Submitter user_of(uid_t uid);
 // May `ctx.me` act on other users' jobs: root, or named in rsub.admins.
 bool is_admin(const Context& ctx);
 
+// A configured backend's settings for acting for `ctx.me`: under a root daemon its
+// commands then run as the caller (BackendConfig::run_as_uid), never as root.
+// Error(Usage) naming the configured ones when `name` is not one.
+BackendConfig backend_config(const Context& ctx, const std::string& name);
+
 // Runs one client request ({"cmd": "submit", ...}, rsub(1) PROTOCOL) and returns its exit
 // code. Error(Usage) for a request this daemon does not know; the commands' errors.
 int handle_request(Context& ctx, const Json& request);
