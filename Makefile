@@ -49,7 +49,7 @@ demo: deps
 
 bench: deps
 	@$(MAKE) build
-	@bench/run.sh $(BUILD)
+	@bench/run.sh $(BUILD) $(BENCH)
 
 install: build
 	@cmake --install $(BUILD) --prefix $(PREFIX)

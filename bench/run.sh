@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs every bench/<tool>.sh against the build in $1 and writes one JSON document to
+# Runs every bench/<tool>.sh (or those named after $1: `bench/run.sh build rsub rckpt`)
+# against the build in $1 and writes one JSON document to
 # bench/results/bench-<UTC time>.json (and bench/results/latest.json), then prints a
 # table. Each bench/<tool>.sh prints JSON lines, one per row, of two kinds:
 #   timing (kind absent or "timing"): name, command, anchor, runs, median_s, stddev_s,
@@ -14,6 +15,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=$(realpath "${1:-build}")
+shift || true
+only=("$@")
+for name in "${only[@]}"; do
+  [[ -f bench/$name.sh && $name != run ]] || { echo "bench/run.sh: error: no benchmark bench/$name.sh" >&2; exit 64; }
+done
 export RKIT_BUILD_DIR=$build
 mkdir -p bench/results
 stamp=$(date -u +%Y%m%dT%H%M%SZ)
@@ -24,6 +30,7 @@ loadavg() { cut -d' ' -f1-3 /proc/loadavg | jq -R -c 'split(" ") | map(tonumber)
 load_start=$(loadavg)  # other work on the machine skews the timings: recorded with them
 for script in bench/*.sh; do
   [[ $(basename "$script") == run.sh ]] && continue
+  [[ ${#only[@]} -eq 0 || " ${only[*]} " == *" $(basename "$script" .sh) "* ]] || continue
   bash "$script" >> "$lines"
 done
 jq -s --arg git "$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)" \
