@@ -573,16 +573,14 @@ int why(Context& ctx, const std::string& id) {
     } else
       lines.push_back(now.state == JobState::Running ? "it is running on " + now.host : "it has ended");
   } else if (job.state == JobState::Pending) {
-    const SchedPlan plan = dry_pass(ctx.settings, local_machine(ctx.settings));
-    const auto it = std::find_if(plan.verdicts.begin(), plan.verdicts.end(), [&](const Verdict& v) { return v.job == job.id; });
-    const bool starts = std::any_of(plan.starts.begin(), plan.starts.end(), [&](const Start& s) { return s.job == job.id; });
-    if (starts) {
+    const Explanation x =
+        ctx.explain ? ctx.explain(job.id) : explain_job(dry_pass(ctx.settings, local_machine(ctx.settings)), job.id);
+    if (x.starts) {
       rec["reason"] = "None";
       lines.push_back("nothing holds it back: it starts at the daemon's next pass");
-    } else if (it != plan.verdicts.end()) {
-      const Verdict& v = *it;
-      int pending = 0;
-      for (const Verdict& w : plan.verdicts) pending += w.position > 0;
+    } else if (x.verdict) {
+      const Verdict& v = *x.verdict;
+      const int pending = x.pending;
       rec["reason"] = v.reason;
       rec["detail"] = v.detail;
       rec["priority"] = {{"score", v.priority.score},

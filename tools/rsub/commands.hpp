@@ -37,6 +37,9 @@ struct Context {
   std::ostream* err = &std::cerr;
   std::function<bool()> gone = [] { return false; };  // the client hung up: stop waiting
   std::function<void()> wake = [] {};                  // the store changed: a scheduling pass now
+  // The running daemon's own pass, with details, for one job (rsub why); empty: a pass
+  // made from the store (dry_pass).
+  std::function<Explanation(std::int64_t job)> explain;
   std::unique_ptr<Store> open_store;  // the request's connection to the store (lent by the daemon's pool)
 
   // The job store, opened on first use.

@@ -21,6 +21,8 @@
 #include <cerrno>
 #include <cstring>
 #include <functional>
+#include <mutex>
+#include <future>
 #include <iostream>
 #include <set>
 #include <unordered_map>
@@ -666,6 +668,13 @@ class Daemon {
     usage_saved_ = now;
   }
 
+  // A pass with details over the daemon's own state, brought up to date first, starting
+  // nothing (rsub why).
+  SchedPlan explain_pass() {
+    refresh();
+    return schedule(input(now_s(), true));
+  }
+
   Store& store() { return store_; }
   void finish_up() { save_usage(now_s()); }
   // New settings (the configuration file changed); the machine is probed again when
@@ -781,14 +790,42 @@ int run_daemon(const Settings& initial, const DaemonOptions& options) {
                                             .dump());
   };
   record_capacity();
+  // rsub why: a request thread asks, the scheduling thread answers after its next pass.
+  std::mutex explain_mu;
+  std::vector<std::pair<std::int64_t, std::promise<Explanation>>> explain_asks;
+  auto wake_loop = [fd = wake_event.get()] {
+    const std::uint64_t one = 1;
+    [[maybe_unused]] auto n = ::write(fd, &one, sizeof one);
+  };
+  auto explain = [&](std::int64_t job) {
+    std::future<Explanation> answer;
+    {
+      std::lock_guard lock(explain_mu);
+      explain_asks.emplace_back(job, std::promise<Explanation>());
+      answer = explain_asks.back().second.get_future();
+    }
+    wake_loop();
+    if (answer.wait_for(std::chrono::seconds(30)) != std::future_status::ready)
+      throw Error(Exit::TempFail, "the rsub daemon did not explain the job within 30 s", "try again");
+    return answer.get();
+  };
+  auto answer_explains = [&] {
+    std::vector<std::pair<std::int64_t, std::promise<Explanation>>> asks;
+    {
+      std::lock_guard lock(explain_mu);
+      asks.swap(explain_asks);
+    }
+    if (asks.empty()) return;
+    try {
+      const SchedPlan plan = daemon.explain_pass();
+      for (auto& [job, promise] : asks) promise.set_value(explain_job(plan, job));
+    } catch (...) {
+      for (auto& [job, promise] : asks) promise.set_exception(std::current_exception());
+    }
+  };
   std::unique_ptr<RequestServer> server;
   if (!options.once) {
-    server = std::make_unique<RequestServer>(listener.release(), source,
-                   [fd = wake_event.get()] {
-                     const std::uint64_t one = 1;
-                     [[maybe_unused]] auto n = ::write(fd, &one, sizeof one);
-                   },
-                   !initial.shared());
+    server = std::make_unique<RequestServer>(listener.release(), source, wake_loop, explain, !initial.shared());
     server->start();
   }
   atomic_write_file(initial.dir + "/daemon.pid", std::to_string(::getpid()) + "\n");
@@ -812,6 +849,7 @@ int run_daemon(const Settings& initial, const DaemonOptions& options) {
       if (options.once) throw;
       std::cerr << "rsub daemon: scheduling pass failed: " << e.what() << '\n';
     }
+    answer_explains();
     if (options.once) break;
     try {
       daemon.trim_changes();
@@ -836,6 +874,16 @@ int run_daemon(const Settings& initial, const DaemonOptions& options) {
   // A request still inside a store call holds the server: end the process under it.
   if (!idle) ::_exit(0);
   return 0;
+}
+
+Explanation explain_job(const SchedPlan& plan, std::int64_t job) {
+  Explanation x;
+  x.starts = std::any_of(plan.starts.begin(), plan.starts.end(), [&](const Start& s) { return s.job == job; });
+  for (const Verdict& v : plan.verdicts) {
+    x.pending += v.position > 0;
+    if (v.job == job) x.verdict = v;
+  }
+  return x;
 }
 
 SchedPlan dry_pass(const Settings& settings, const Machine& machine) {

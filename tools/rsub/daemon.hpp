@@ -112,8 +112,17 @@ int run_launcher(const std::string& dir, int fd);
 std::string cgroup_parent(const std::string& store_tag);
 
 // One scheduling pass over the store as a starting daemon makes it (load every active
-// job, schedule), starting nothing and writing nothing: what `rsub why` asks.
+// job, schedule with details), starting nothing and writing nothing: `rsub why` without
+// a running daemon's own state.
 SchedPlan dry_pass(const Settings& settings, const Machine& machine);
+
+// One pending job's place in a pass with details (rsub why).
+struct Explanation {
+  bool starts = false;             // the pass starts it
+  std::optional<Verdict> verdict;  // else why not (none: the pass did not see it pending)
+  int pending = 0;                 // the jobs left waiting by rank (position > 0)
+};
+Explanation explain_job(const SchedPlan& plan, std::int64_t job);
 
 // For `rsub _bench-pass`: the time to load the active jobs (a daemon's first pass), and
 // the time of a pass after it (pass_ms: reading what changed, refresh_ms; building the

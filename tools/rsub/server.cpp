@@ -86,11 +86,13 @@ std::size_t json_depth(std::string_view text) {
   return deepest;
 }
 
-RequestServer::RequestServer(int listen_fd, SettingsSource& settings, std::function<void()> wake, bool personal)
+RequestServer::RequestServer(int listen_fd, SettingsSource& settings, std::function<void()> wake,
+                             std::function<Explanation(std::int64_t)> explain, bool personal)
     : listen_fd_(listen_fd),
       stop_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
       settings_(settings),
       wake_(std::move(wake)),
+      explain_(std::move(explain)),
       personal_(personal) {
   if (stop_fd_ < 0) throw system_error("eventfd", errno);
 }
@@ -192,6 +194,7 @@ void RequestServer::serve(int fd, uid_t uid, const std::vector<gid_t>& groups) {
   ctx.out = &out;
   ctx.err = &err;
   ctx.wake = wake_;
+  ctx.explain = explain_;
   ctx.gone = [fd] {
     pollfd p{fd, POLLRDHUP, 0};
     return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;

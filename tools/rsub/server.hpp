@@ -60,7 +60,9 @@ class RequestServer {
  public:
   // `listen_fd`: a listening Unix stream socket, owned by the server from now on.
   // `personal`: only the daemon's own uid (and root) may connect.
-  RequestServer(int listen_fd, SettingsSource& settings, std::function<void()> wake, bool personal);
+  // `wake` and `explain` become each request's Context::wake and Context::explain.
+  RequestServer(int listen_fd, SettingsSource& settings, std::function<void()> wake,
+                std::function<Explanation(std::int64_t)> explain, bool personal);
   ~RequestServer();
   RequestServer(const RequestServer&) = delete;
   RequestServer& operator=(const RequestServer&) = delete;
@@ -78,6 +80,7 @@ class RequestServer {
   int stop_fd_;  // an eventfd: the accept loop's poll wakes on it
   SettingsSource& settings_;
   std::function<void()> wake_;
+  std::function<Explanation(std::int64_t)> explain_;
   bool personal_;
   std::thread acceptor_;
   std::mutex mu_;
