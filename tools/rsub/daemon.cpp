@@ -399,13 +399,30 @@ class Daemon {
       change_seq_ = store_.change_seq();  // before the load: what changes meanwhile is read again
       loaded_ = true;
     } else {
-      for (const Store::ActiveState& st : store_.changed_since(change_seq_)) apply(st);
+      try {
+        for (const Store::ActiveState& st : store_.changed_since(change_seq_)) apply(st);
+      } catch (...) {
+        // The log was read past what was applied: start again from a full load.
+        resync();
+        throw;
+      }
     }
     for (JobRecord& j : store_.active_jobs_after(max_id_)) {
       max_id_ = std::max(max_id_, j.id);
       const std::int64_t id = j.id;
       track(jobs_.emplace(id, std::move(j)).first->second);
     }
+  }
+
+  // Forgets the active jobs, so that the next refresh loads them all again.
+  void resync() {
+    jobs_.clear();
+    in_.pending.clear();
+    pending_at_.clear();
+    reasons_.clear();
+    running_.clear();
+    max_id_ = 0;
+    loaded_ = false;
   }
 
   // The running daemon drops the change log it has read, now and then.
@@ -890,6 +907,13 @@ SchedPlan dry_pass(const Settings& settings, const Machine& machine) {
   Daemon d(settings, machine);
   d.refresh();
   return schedule(d.input(now_s(), true));
+}
+
+SchedPlan pass_after(const Settings& settings, const Machine& machine, const std::function<void()>& change) {
+  Daemon d(settings, machine);
+  d.refresh();
+  change();
+  return d.explain_pass();
 }
 
 PassTiming time_pass(const Settings& settings, const Machine& machine) {

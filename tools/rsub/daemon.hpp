@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -115,6 +116,11 @@ std::string cgroup_parent(const std::string& store_tag);
 // job, schedule with details), starting nothing and writing nothing: `rsub why` without
 // a running daemon's own state.
 SchedPlan dry_pass(const Settings& settings, const Machine& machine);
+
+// For tests: loads the store as a starting daemon does, runs `change` (which writes to
+// the store), reads what changed as the running daemon does, and schedules with details:
+// the plan dry_pass makes after the change.
+SchedPlan pass_after(const Settings& settings, const Machine& machine, const std::function<void()>& change);
 
 // One pending job's place in a pass with details (rsub why).
 struct Explanation {
