@@ -23,11 +23,12 @@ daemon_pid() {
   cat "$file"
 }
 
-# The pid of the daemon's launcher of supervisors (started with the first job).
+# The pid of the daemon's launcher of supervisors (started with the first job): the
+# daemon's child of that command line (its supervisors, forked, have it too).
 launcher_pid() {
   local pid
   for _ in $(seq 50); do
-    pid=$(pgrep -f -x "/proc/self/exe _launcher $RKIT_STATE_DIR/rsub [0-9]+" | head -n 1)
+    pid=$(pgrep -P "$(daemon_pid)" -f -x "/proc/self/exe _launcher $RKIT_STATE_DIR/rsub [0-9]+")
     [[ -n $pid ]] && break
     sleep 0.1
   done

@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 #include <sqlite3.h>
 
+#include <cmath>
+#include <random>
 #include <set>
 #include <thread>
 
@@ -625,6 +627,11 @@ TEST(RsubRecord, LineIsWhatJsonWouldWrite) {
   r.submit_s = 0.5;
   EXPECT_EQ(r.to_json_line(), record_as_json_dumps_it(r));
   EXPECT_EQ(parse_json(r.to_json_line(), "line")["reason"], "bad byte \xef\xbf\xbd here") << "invalid UTF-8 replaced";
+  std::mt19937_64 random(7);
+  for (int i = 0; i < 2000; ++i) {  // doubles of every magnitude: the same digits as Json's
+    r.submit_s = std::ldexp(std::uniform_real_distribution<double>(-1, 1)(random), static_cast<int>(random() % 200) - 100);
+    ASSERT_EQ(r.to_json_line(), record_as_json_dumps_it(r)) << r.submit_s;
+  }
 }
 
 }  // namespace

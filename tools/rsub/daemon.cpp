@@ -366,15 +366,22 @@ class ShimLauncher {
       sigemptyset(&none);
       ::sigprocmask(SIG_SETMASK, &none, nullptr);
       ::execv(argv[0], argv.data());
+      const char line[] = "rsub daemon: cannot start its launcher (exec /proc/self/exe failed)\n";
+      [[maybe_unused]] auto n = ::write(2, line, sizeof line - 1);
       ::_exit(127);
     }
     socket_ = std::move(mine);
     return true;
   }
-  // Closing our end ends the launcher; its supervisors run on.
+  // Ends the launcher (closing our end would too, unless it is stuck); the supervisors it
+  // started run on, and a request it held is lost with the lock it carried (the job is
+  // then queued again: no supervisor wrote its pid).
   void stop() {
     socket_.reset();
-    if (pid_ > 0) ::waitpid(pid_, nullptr, 0);
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
     pid_ = -1;
   }
 
@@ -489,12 +496,11 @@ class Daemon {
         continue;
       }
       auto it = pending_at_.find(v.job);
-      if (it != pending_at_.end() && reasons_[it->second] != v.reason) {
-        reasons_[it->second] = v.reason;
-        reasons.emplace_back(v.job, v.reason);
-      }
+      if (it != pending_at_.end() && reasons_[it->second] != v.reason) reasons.emplace_back(v.job, v.reason);
     }
     store_.set_reasons(reasons);
+    for (auto& [job, reason] : reasons)  // stored: what the next pass compares with
+      if (auto it = pending_at_.find(job); it != pending_at_.end()) reasons_[it->second] = std::move(reason);
     if (now - usage_saved_ > 10) save_usage(now);
   }
 
@@ -810,6 +816,7 @@ int run_daemon(const Settings& initial, const DaemonOptions& options) {
   // rsub why: a request thread asks, the scheduling thread answers after its next pass.
   std::mutex explain_mu;
   std::vector<std::pair<std::int64_t, std::promise<Explanation>>> explain_asks;
+  bool explain_closed = false;  // the daemon is stopping: asks are refused
   auto wake_loop = [fd = wake_event.get()] {
     const std::uint64_t one = 1;
     [[maybe_unused]] auto n = ::write(fd, &one, sizeof one);
@@ -818,6 +825,7 @@ int run_daemon(const Settings& initial, const DaemonOptions& options) {
     std::future<Explanation> answer;
     {
       std::lock_guard lock(explain_mu);
+      if (explain_closed) throw Error(Exit::TempFail, "the rsub daemon is stopping", "try again once it is back");
       explain_asks.emplace_back(job, std::promise<Explanation>());
       answer = explain_asks.back().second.get_future();
     }
@@ -826,13 +834,21 @@ int run_daemon(const Settings& initial, const DaemonOptions& options) {
       throw Error(Exit::TempFail, "the rsub daemon did not explain the job within 30 s", "try again");
     return answer.get();
   };
-  auto answer_explains = [&] {
+  // Answered before the pass that the ask woke: a job that pass starts is told so.
+  auto answer_explains = [&](bool closing) {
     std::vector<std::pair<std::int64_t, std::promise<Explanation>>> asks;
     {
       std::lock_guard lock(explain_mu);
       asks.swap(explain_asks);
+      explain_closed = closing;
     }
     if (asks.empty()) return;
+    if (closing) {
+      for (auto& [job, promise] : asks)
+        promise.set_exception(std::make_exception_ptr(
+            Error(Exit::TempFail, "the rsub daemon is stopping", "try again once it is back")));
+      return;
+    }
     try {
       const SchedPlan plan = daemon.explain_pass();
       for (auto& [job, promise] : asks) promise.set_value(explain_job(plan, job));
@@ -860,13 +876,13 @@ int run_daemon(const Settings& initial, const DaemonOptions& options) {
       daemon.set_settings(*settings);
       record_capacity();
     }
+    answer_explains(false);
     try {
       daemon.pass();
     } catch (const std::exception& e) {  // a busy or damaged store: say so, try again
       if (options.once) throw;
       std::cerr << "rsub daemon: scheduling pass failed: " << e.what() << '\n';
     }
-    answer_explains();
     if (options.once) break;
     try {
       daemon.trim_changes();
@@ -882,6 +898,7 @@ int run_daemon(const Settings& initial, const DaemonOptions& options) {
     std::uint64_t count = 0;
     [[maybe_unused]] auto n = ::read(wake_event.get(), &count, sizeof count);
   }
+  answer_explains(true);  // what still waits, and what comes from now, is told the daemon stops
   const bool idle = !server || server->stop();
   JobCgroup::remove_parent(cgroup_parent(daemon.store().tag()));  // this store's level, empty once its jobs are gone
   if (server) ::unlink(initial.socket_path().c_str());

@@ -44,8 +44,9 @@ namespace {
 
 // The record's own fields, written straight into its line: `rsub ls --json` writes one
 // line per job (a store holds 100,000), and building a Json object for each was most of
-// its time. The text is what Json::dump writes for the same values; a string or a number
-// that the fast paths below would not write the same way goes through Json.
+// its time. The text is what Json::dump writes for the same values: numbers through the
+// same conversions, strings as they are when nothing in them needs escaping, else through
+// Json.
 class FieldWriter {
  public:
   explicit FieldWriter(std::string& out) : out_(out) {}
@@ -70,15 +71,11 @@ class FieldWriter {
   }
   FieldWriter& operator()(std::string_view key, double v) {
     name(key);
-    const double a = std::fabs(v);
     if (!std::isfinite(v)) {
       out_ += "null";  // as to_json_line writes NaN and infinities
-    } else if (a == 0 || (a >= 1e-4 && a < 1e15)) {  // fmt and Json both write these in fixed notation
-      const auto at = out_.size();
-      fmt::format_to(std::back_inserter(out_), "{}", v);
-      if (out_.find_first_of(".e", at) == std::string::npos) out_ += ".0";  // Json's 5.0, not 5
     } else {
-      out_ += Json(v).dump();
+      char buf[64];  // the conversion Json::dump makes (its Grisu2 digits, "5.0" for 5)
+      out_.append(buf, nlohmann::detail::to_chars(buf, buf + sizeof buf, v));
     }
     return *this;
   }

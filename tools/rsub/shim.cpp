@@ -415,13 +415,14 @@ int run_launcher(const std::string& dir, int fd) {
     if (pid == 0) {
       // The supervisor: a session of its own, the daemon's socket closed, the signals it
       // waits for blocked, everything else at its default.
-      ::setsid();
-      ::close(fd);
-      for (int sig = 1; sig < NSIG; ++sig) ::signal(sig, SIG_DFL);
       sigset_t mask;
       sigemptyset(&mask);
       for (int sig : {SIGCHLD, SIGTERM, SIGINT, SIGHUP}) sigaddset(&mask, sig);
       ::sigprocmask(SIG_SETMASK, &mask, nullptr);
+      for (int sig = 1; sig < NSIG; ++sig) ::signal(sig, SIG_DFL);
+      ::setsid();
+      ::close(fd);
+      ::prctl(PR_SET_NAME, "rsub supervisor");  // in ps and top, not the launcher's name
       int code = 1;
       try {
         code = run_shim(dir, request.id, request.attempt, lock_fd, request.kill_grace_s, request.pids_max);

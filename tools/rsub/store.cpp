@@ -49,6 +49,9 @@ CREATE TABLE IF NOT EXISTS tasks(
   PRIMARY KEY(job_id, attempt, task));
 CREATE TABLE IF NOT EXISTS usage(tenant TEXT PRIMARY KEY, value REAL NOT NULL, updated_s REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+-- The daemon refreshes from this log: the trigger's columns must be every column of an
+-- active job that the daemon keeps (a new command that changes another one, say the
+-- priority, must add it here, or the running daemon does not see it).
 CREATE TABLE IF NOT EXISTS changes(seq INTEGER PRIMARY KEY AUTOINCREMENT, job_id INTEGER NOT NULL);
 CREATE TRIGGER IF NOT EXISTS jobs_changed AFTER UPDATE OF state, held, cancel_requested, eligible_s, attempts ON jobs
   WHEN NEW.backend = 'local' BEGIN INSERT INTO changes(job_id) VALUES (NEW.id); END;
