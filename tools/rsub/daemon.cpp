@@ -325,19 +325,7 @@ class ShimLauncher {
   bool send(const ShimRequest& request, int lock_fd) {
     for (int tries = 0; tries < 2; ++tries) {
       if (!socket_ && !start()) return false;
-      iovec iov{const_cast<ShimRequest*>(&request), sizeof request};
-      alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-      msghdr msg{};
-      msg.msg_iov = &iov;
-      msg.msg_iovlen = 1;
-      msg.msg_control = control;
-      msg.msg_controllen = sizeof control;
-      cmsghdr* c = CMSG_FIRSTHDR(&msg);
-      c->cmsg_level = SOL_SOCKET;
-      c->cmsg_type = SCM_RIGHTS;
-      c->cmsg_len = CMSG_LEN(sizeof(int));
-      std::memcpy(CMSG_DATA(c), &lock_fd, sizeof(int));
-      if (::sendmsg(socket_.get(), &msg, MSG_NOSIGNAL) == ssize_t(sizeof request)) return true;
+      if (send_with_fd(socket_.get(), &request, sizeof request, lock_fd)) return true;
       std::cerr << "rsub daemon: the launcher: " << std::strerror(errno) << " (starting another)\n";
       stop();
     }

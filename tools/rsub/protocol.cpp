@@ -185,4 +185,43 @@ int exchange(int fd, const std::string& request) {
   }
 }
 
+bool send_with_fd(int socket, const void* data, std::size_t size, int fd) {
+  iovec iov{const_cast<void*>(data), size};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
+  return ::sendmsg(socket, &msg, MSG_NOSIGNAL) == static_cast<ssize_t>(size);
+}
+
+ssize_t recv_with_fd(int socket, void* data, std::size_t size, int& fd) {
+  fd = -1;
+  iovec iov{data, size};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  ssize_t n;
+  do n = ::recvmsg(socket, &msg, MSG_CMSG_CLOEXEC);
+  while (n < 0 && errno == EINTR);
+  if (n <= 0) return n;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c))
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len == CMSG_LEN(sizeof(int)))
+      std::memcpy(&fd, CMSG_DATA(c), sizeof(int));
+  if ((msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) && fd >= 0) {
+    ::close(fd);
+    fd = -1;
+  }
+  return n;
+}
+
 }  // namespace rkit::rsub

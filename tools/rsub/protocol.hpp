@@ -89,4 +89,11 @@ int exchange(int fd, const std::string& request);
 // too long for one (108 bytes).
 sockaddr_un unix_address(const std::string& path, socklen_t& length);
 
+// One message with a descriptor (SCM_RIGHTS) on a SOCK_SEQPACKET socket: the daemon hands
+// its launcher a request and the attempt's lock. send_with_fd: true when all `size` bytes
+// went. recv_with_fd: the message's length (0: the peer closed, -1: an error), the
+// descriptor received (close-on-exec) in `fd`, -1 when none came or the message was cut.
+bool send_with_fd(int socket, const void* data, std::size_t size, int fd);
+ssize_t recv_with_fd(int socket, void* data, std::size_t size, int& fd);
+
 }  // namespace rkit::rsub

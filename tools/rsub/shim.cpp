@@ -16,7 +16,6 @@
 #include <poll.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -33,6 +32,7 @@
 #include <vector>
 
 #include "daemon.hpp"
+#include "protocol.hpp"
 #include "rkit/cgroup.hpp"
 #include "rkit/error.hpp"
 #include "rkit/file.hpp"
@@ -392,21 +392,10 @@ int run_launcher(const std::string& dir, int fd) {
   for (int sig : {SIGINT, SIGHUP}) ::signal(sig, SIG_IGN);  // a terminal's; the daemon's closed end ends us
   for (;;) {
     ShimRequest request;
-    iovec iov{&request, sizeof request};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
-    const ssize_t n = ::recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return 0;  // the daemon is gone
     int lock_fd = -1;
-    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c))
-      if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len == CMSG_LEN(sizeof(int)))
-        std::memcpy(&lock_fd, CMSG_DATA(c), sizeof(int));
-    if (n != ssize_t(sizeof request) || lock_fd < 0 || (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
+    const ssize_t n = recv_with_fd(fd, &request, sizeof request, lock_fd);
+    if (n <= 0) return 0;  // the daemon is gone
+    if (n != ssize_t(sizeof request) || lock_fd < 0) {
       std::cerr << "rsub launcher: a malformed request from the daemon\n";
       if (lock_fd >= 0) ::close(lock_fd);
       continue;
