@@ -185,39 +185,46 @@ int exchange(int fd, const std::string& request) {
   }
 }
 
-bool send_with_fd(int socket, const void* data, std::size_t size, int fd) {
-  iovec iov{const_cast<void*>(data), size};
+namespace {
+
+// One buffer and room for one descriptor, as sendmsg and recvmsg take them.
+struct FdMessage {
+  FdMessage(void* data, std::size_t size) : iov{data, size} {
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+  }
+  FdMessage(const FdMessage&) = delete;
+  FdMessage& operator=(const FdMessage&) = delete;
+  iovec iov;
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
   msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+};
+
+}  // namespace
+
+bool send_with_fd(int socket, const void* data, std::size_t size, int fd) {
+  FdMessage m(const_cast<void*>(data), size);
+  cmsghdr* c = CMSG_FIRSTHDR(&m.msg);
   c->cmsg_level = SOL_SOCKET;
   c->cmsg_type = SCM_RIGHTS;
   c->cmsg_len = CMSG_LEN(sizeof(int));
   std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
-  return ::sendmsg(socket, &msg, MSG_NOSIGNAL) == static_cast<ssize_t>(size);
+  return ::sendmsg(socket, &m.msg, MSG_NOSIGNAL) == static_cast<ssize_t>(size);
 }
 
 ssize_t recv_with_fd(int socket, void* data, std::size_t size, int& fd) {
   fd = -1;
-  iovec iov{data, size};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
+  FdMessage m(data, size);
   ssize_t n;
-  do n = ::recvmsg(socket, &msg, MSG_CMSG_CLOEXEC);
+  do n = ::recvmsg(socket, &m.msg, MSG_CMSG_CLOEXEC);
   while (n < 0 && errno == EINTR);
   if (n <= 0) return n;
-  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c))
+  for (cmsghdr* c = CMSG_FIRSTHDR(&m.msg); c; c = CMSG_NXTHDR(&m.msg, c))
     if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len == CMSG_LEN(sizeof(int)))
       std::memcpy(&fd, CMSG_DATA(c), sizeof(int));
-  if ((msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) && fd >= 0) {
+  if ((m.msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) && fd >= 0) {
     ::close(fd);
     fd = -1;
   }
