@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "rkit/file.hpp"
+#include "rkit/units.hpp"
 
 namespace rkit {
 namespace {
@@ -48,6 +49,26 @@ std::optional<double> Config::get_number(std::string_view key) const {
 }
 std::optional<bool> Config::get_bool(std::string_view key) const {
   return typed<bool>(*this, key, "boolean");
+}
+
+std::optional<double> Config::get_duration(std::string_view key) const {
+  const auto text = get_string(key);
+  if (!text) return std::nullopt;
+  try {
+    return parse_duration(*text);
+  } catch (const Error& e) {
+    throw Error(Exit::Config, fmt::format("{}: {}: {}", where(key), key, e.what()));
+  }
+}
+
+std::map<std::string, std::string> Config::get_string_map(std::string_view key) const {
+  std::map<std::string, std::string> out;
+  if (const auto* t = get_table(key))
+    for (const auto& [k, v] : *t) {
+      if (!v.is_string()) throw Error(Exit::Config, fmt::format("{}: {}.{} must be a string", where(key), key, k.str()));
+      out[std::string(k.str())] = *v.value<std::string>();
+    }
+  return out;
 }
 
 const toml::table* Config::get_table(std::string_view key) const {

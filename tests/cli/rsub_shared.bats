@@ -40,7 +40,35 @@ $BOB = "desk-b"
 users = ["$ALICE"]
 [rsub.tenants.desk-b]
 groups = ["$BGROUP"]
+[rsub.backends.gke]
+kind = "kubernetes"
+kubectl = "$SHARED/bin/kubectl"
+image = "registry.example/ml:1"
+queues = { desk-a = "desk-a-queue" }
+refresh = "0s"
+submit_retry = "1s"
 EOF
+  # The FAKE kubectl (tests/fakes/fake_kubectl) as each user's own kubeconfig would make
+  # it: root, the daemon, sees the cluster in kube/; any other user another, empty one
+  # (kube-other/). Every call is logged with its uid in kube/uids.
+  mkdir -p "$SHARED/bin" "$SHARED/kube" "$SHARED/kube-other"
+  cp "$RKIT_ROOT/tests/fakes/fake_kubectl" "$SHARED/bin/fake_kubectl"
+  cat >"$SHARED/bin/kubectl" <<WRAPPER
+#!/bin/sh
+dir=$SHARED/kube-other
+[ "\$(id -u)" -eq 0 ] && dir=$SHARED/kube
+echo "\$(id -u) \$*" >>$SHARED/kube/uids
+FAKE_KUBE_DIR=\$dir exec $SHARED/bin/fake_kubectl "\$@"
+WRAPPER
+  chmod 755 "$SHARED/bin" "$SHARED/bin/kubectl" "$SHARED/bin/fake_kubectl"
+  for d in kube kube-other; do
+    echo '{"items": []}' >"$SHARED/$d/jobs.json"
+    touch "$SHARED/$d/calls" "$SHARED/$d/applied.yaml"
+    chmod 666 "$SHARED/$d"/*
+    chmod 777 "$SHARED/$d"
+  done
+  touch "$SHARED/kube/uids"
+  chmod 666 "$SHARED/kube/uids"
   # The daemon's own environment holds a secret no job may see.
   DAEMON_SECRET=hunter2 rsub --config "$SHARED/etc/rkit.toml" daemon --foreground >"$SHARED/daemon.log" 2>&1 &
   echo $! >"$SHARED/daemon.pid"
@@ -206,6 +234,28 @@ EOF
   run -0 as "$BOB" rsub wait "$victim"
   run -0 as "$BOB" rsub logs "$victim"
   assert_output "victim ran"
+}
+
+@test "shared: a remote job is changed as its user, read as the daemon; another user's view of the backend decides nothing" {
+  id=$(as "$ALICE" rsub --backend gke -- sleep 99)
+  name=${id#gke:}
+  # The cluster the daemon reads runs it.
+  jq --arg n "$name" '.items += [{"metadata": {"name": $n, "labels": {"rkit.io/backend": "gke"}}, "spec": {},
+    "status": {"active": 1, "startTime": "2026-11-30T10:00:00Z"}}]' "$SHARED/kube/jobs.json" >"$SHARED/kube/j"
+  cat "$SHARED/kube/j" >"$SHARED/kube/jobs.json"
+  # Bob's kubectl lists another, empty cluster: had the states been read as him, his
+  # `rsub ls` would have made Alice's job LOST.
+  run -0 as "$BOB" rsub ls --all
+  run -0 as "$ALICE" rsub show "$id" --json
+  jq -e '.state == "RUNNING"' <<<"$output"
+  uid=$(id -u "$ALICE")
+  grep -q "^$uid .*create -f -" "$SHARED/kube/uids"
+  grep -q '^0 .*get jobs' "$SHARED/kube/uids"
+  run -1 grep -e '^[1-9][0-9]* .*get jobs' "$SHARED/kube/uids"  # no user's `get jobs`
+  run -0 as "$ALICE" rsub cancel "$id"
+  grep -q "^$uid .*delete .*job/$name" "$SHARED/kube/uids"
+  run -0 as "$ALICE" rsub show "$id" --json
+  jq -e '.state == "CANCELLED"' <<<"$output"
 }
 
 @test "shared: a tenant not theirs is refused with 77; the default comes from rsub.users; groups grant tenants" {

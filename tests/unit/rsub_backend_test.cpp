@@ -1,8 +1,10 @@
 // rsub's Slurm backend without Slurm: sacct output parsed into job states, Slurm's state
 // names, and the sbatch script, whose retry and exit logic runs for real under /bin/sh
 // with a fake srun and scontrol.
-#include "backend.hpp"
+#include "remote.hpp"
+#include "daemon.hpp"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
@@ -160,7 +162,7 @@ TEST(RsubSacct, ArrayElementsAndTheirPendingRange) {
   EXPECT_EQ(two->reason, "Priority");
   EXPECT_EQ(two->attempts, 0);
   // 20_1 has no line of its own: the range line stands for it (as documented; the range
-  // itself is not read, see backend.hpp).
+  // itself is not read, see remote.hpp).
   const auto one = find(states, "20_1");
   ASSERT_TRUE(one);
   EXPECT_EQ(one->state, JobState::Pending);
@@ -242,8 +244,55 @@ JobSpec big_spec() {
   return s;
 }
 
-BackendConfig slurm_config() {
-  BackendConfig c;
+// The backends as plug-ins: the local machine is always the first, each table is read by
+// its own kind (a key of another kind is an error), and the kinds listed are the ones
+// the error names.
+Settings settings_of(const std::string& text) {
+  Config c;
+  c.path = "rkit.toml";
+  c.table = parse_toml(text, c.path, Exit::Config);
+  return load_settings(c);
+}
+
+TEST(RsubBackendKinds, LocalFirstThenEachTableReadByItsKind) {
+  const Settings s = settings_of(
+      "[rsub.backends.dc1]\nkind = \"slurm\"\npartition = \"gpu\"\nrefresh = \"5s\"\n"
+      "[rsub.backends.gke]\nkind = \"kubernetes\"\nimage = \"img\"\n");
+  ASSERT_EQ(s.backends.size(), 3u);
+  EXPECT_EQ(s.backends[0]->name, "local");
+  EXPECT_EQ(s.backends[0]->kind, "local");
+  EXPECT_EQ(s.backends[1]->kind, "slurm");
+  EXPECT_EQ(s.backends[1]->refresh_s, 5);
+  const auto* dc1 = dynamic_cast<const SlurmConfig*>(s.backend("dc1"));
+  ASSERT_NE(dc1, nullptr);
+  EXPECT_EQ(dc1->partition, "gpu");
+  EXPECT_EQ(s.backend("gke")->kind, "kubernetes");
+  EXPECT_EQ(s.backend("nosuch"), nullptr);
+  EXPECT_EQ(s.auto_backends, (std::vector<std::string>{"dc1", "gke"}));  // local is not a remote choice
+}
+
+TEST(RsubBackendKinds, AKeyOfAnotherKindOrAnUnknownKindIsAnError) {
+  auto message = [](const std::string& text) {
+    try {
+      settings_of(text);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Exit::Config);
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_EQ(message("[rsub.backends.dc1]\nkind = \"slurm\"\nimage = \"x\"\n"),
+            "rkit.toml:3:9: unknown key rsub.backends.dc1.image for a slurm backend");
+  std::string kinds;
+  for (const auto& k : backend_kinds()) kinds += fmt::format("{}\"{}\"", kinds.empty() ? "" : " or ", k.name);
+  EXPECT_EQ(kinds, "\"slurm\" or \"kubernetes\"");
+  EXPECT_EQ(message("[rsub.backends.dc1]\nkind = \"lsf\"\n"), "rkit.toml:2:8: rsub.backends.dc1.kind must be " + kinds);
+  EXPECT_NE(message("[rsub.backends.local]\nkind = \"slurm\"\n").find("backend name \"local\""), std::string::npos);
+  EXPECT_NE(message("[rsub.auto]\nbackends = [\"local\"]\n").find("must name configured backends"), std::string::npos);
+}
+
+SlurmConfig slurm_config() {
+  SlurmConfig c;
   c.name = "slurm";
   c.log_dir = "/tmp/x";
   c.partition = "gpu";
@@ -315,7 +364,7 @@ TEST(RsubSlurmScript, SpecHintsBeatTheBackendsDefaults) {
   s.priority = 5;  // only admins may raise a priority: not passed on
   s.workdir.clear();
   s.retry = {};
-  BackendConfig logs_config = slurm_config();
+  SlurmConfig logs_config = slurm_config();
   logs_config.log_dir = "/logs";
   const std::string script = slurm_script(s, {}, logs_config);
   EXPECT_EQ(sbatch_lines(script), (std::vector<std::string>{
@@ -344,7 +393,7 @@ TEST(RsubSlurmScript, NoAccountWithoutTenantMappingAndNoMemoryOrGpusUnasked) {
   s.tenant = "desk-z";
   s.resources = {};
   s.time_limit_s.reset();
-  BackendConfig c = slurm_config();
+  SlurmConfig c = slurm_config();
   c.partition.clear();
   c.qos.clear();
   const auto lines = sbatch_lines(slurm_script(s, {}, c));
@@ -398,7 +447,7 @@ class RsubSlurmScriptRun : public ::testing::Test {
   // The wait status of /bin/sh running the script of `spec`, with this environment.
   int run(const JobSpec& spec, std::vector<std::string> env) {
     const std::string script = dir_.file("job.sh");
-    BackendConfig config = slurm_config();
+    SlurmConfig config = slurm_config();
     config.log_dir = logs();
     testing::write(script, slurm_script(spec, kDeps, config));
     std::error_code ec;

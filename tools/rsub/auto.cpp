@@ -1,7 +1,6 @@
 // File: rsub/auto.cpp — where --backend auto sends a job (commands.hpp, place_job).
 #include <fmt/format.h>
 
-#include <cmath>
 #include <filesystem>
 
 #include "commands.hpp"
@@ -10,54 +9,6 @@
 #include "rkit/units.hpp"
 
 namespace rkit::rsub {
-
-namespace {
-
-// "1 core", "2 cores".
-std::string count(long n, const char* what) { return fmt::format("{} {}{}", n, what, n == 1 ? "" : "s"); }
-
-struct LocalFit {
-  enum Verdict { Now, Later, Never } verdict;
-  std::string why;
-};
-
-// Whether the local machine runs the job at once: nothing pending there and enough free
-// cores and GPUs now; Never when it is too big for the machine.
-LocalFit local_fit(Context& ctx, Store& store, const JobSpec& spec) {
-  long cpus = 0, gpus = 0;
-  if (auto cap = store.meta("capacity")) {
-    const Json c = parse_json(*cap, "capacity");
-    cpus = c.value("cpus", 0L);
-    gpus = c.value("gpus", 0L);
-  } else {
-    const Machine m = local_machine(ctx.settings);
-    cpus = static_cast<long>(m.topology.cores.size());
-    gpus = static_cast<long>(m.topology.gpus.size());
-  }
-  const Resources& r = spec.resources;
-  const long need_cpus = long{r.tasks} * r.cpus_per_task, need_gpus = long{r.tasks} * r.gpus_per_task;
-  if (r.nodes > 1) return {LocalFit::Never, fmt::format("the job asks for {} nodes; this is one machine", r.nodes)};
-  if (need_cpus > cpus || need_gpus > gpus)
-    return {LocalFit::Never, fmt::format("too big: needs {} and {}, the machine has {} and {}", count(need_cpus, "core"),
-                                         count(need_gpus, "GPU"), cpus, gpus)};
-  long used_cpus = 0, used_gpus = 0, pending = 0;
-  store.each_job({}, [&](const JobRecord& j) {
-    if (j.backend != "local") return;
-    if (j.state == JobState::Pending) pending += !j.held;
-    else {
-      used_cpus += long{j.spec.resources.tasks} * j.spec.resources.cpus_per_task;
-      used_gpus += long{j.spec.resources.tasks} * j.spec.resources.gpus_per_task;
-    }
-  });
-  if (pending > 0) return {LocalFit::Later, fmt::format("{} job(s) already wait there", pending)};
-  if (need_cpus > cpus - used_cpus || need_gpus > gpus - used_gpus)
-    return {LocalFit::Later, fmt::format("busy: needs {} and {}, {} and {} are free now", count(need_cpus, "core"),
-                                         count(need_gpus, "GPU"), cpus - used_cpus, gpus - used_gpus)};
-  return {LocalFit::Now,
-          fmt::format("fits now ({} of {} cores and {} of {} GPUs free)", cpus - used_cpus, cpus, gpus - used_gpus, gpus)};
-}
-
-}  // namespace
 
 Placement place_job(Context& ctx, const JobSpec& spec) {
   Placement p;
@@ -71,9 +22,10 @@ Placement place_job(Context& ctx, const JobSpec& spec) {
     p.considered.push_back(p.backend + ": " + p.reason);
     return p;
   }
-  const LocalFit local = local_fit(ctx, store, spec);
+  // The local machine when it starts the job now.
+  const Offer local = open_backend(ctx, "local")->offer(ctx, spec);
   p.considered.push_back("local: " + local.why);
-  if (local.verdict == LocalFit::Now) {
+  if (local.fit == Offer::Now) {
     p.backend = "local";
     p.reason = local.why;
     return p;
@@ -94,7 +46,7 @@ Placement place_job(Context& ctx, const JobSpec& spec) {
   const double hours = spec.time_limit_s.value_or(3600) / 3600;
   std::optional<double> best_wait;
   for (const std::string& name : ctx.settings.auto_backends) {
-    const BackendConfig config = backend_config(ctx, name);  // asked as the caller, not as root
+    const auto backend = open_backend(ctx, name);  // asked as the caller, not as root
     std::string cost_text;
     if (prices) {
       const double cost = prices->at(name).hourly(static_cast<double>(r.tasks) * r.cpus_per_task, static_cast<double>(r.tasks) * r.gpus_per_task,
@@ -108,15 +60,13 @@ Placement place_job(Context& ctx, const JobSpec& spec) {
         continue;
       }
     }
-    std::optional<double> wait;
-    try {
-      wait = make_backend(config)->expected_wait(spec);  // also: can it take the job at all?
-    } catch (const Error& e) {
-      p.considered.push_back(fmt::format("{}: not eligible: {}", name, e.what()));
+    const Offer there = backend->offer(ctx, spec);
+    if (there.fit == Offer::Never) {
+      p.considered.push_back(fmt::format("{}: not eligible: {}", name, there.why));
       continue;
     }
-    if (!wait) wait = config.assumed_wait_s;
-    const std::string wait_text = wait ? "expected wait " + format_duration(std::round(*wait)) : "no wait estimate";
+    const std::optional<double> wait = there.wait_s;
+    const std::string& wait_text = there.why;
     p.considered.push_back(fmt::format("{}: {}{}", name, wait_text, cost_text.empty() ? "" : ", costs " + cost_text));
     // The shortest known wait; a backend without an estimate only when no other has one.
     if (p.backend.empty() || (wait && (!best_wait || *wait < *best_wait))) {
@@ -126,7 +76,7 @@ Placement place_job(Context& ctx, const JobSpec& spec) {
     }
   }
   if (!p.backend.empty()) return p;
-  if (local.verdict == LocalFit::Never) {
+  if (local.fit == Offer::Never) {
     std::string all;
     for (const auto& line : p.considered) all += (all.empty() ? "" : "; ") + line;
     throw Error(Exit::Unavailable, "--backend auto: no backend can take the job", all);

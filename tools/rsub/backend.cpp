@@ -1,82 +1,73 @@
-// File: rsub/backend.cpp — what the backends share (backend.hpp): make_backend and how
-// they run their commands. The Slurm backend is slurm.cpp, Kubernetes kube_backend.cpp.
+// File: rsub/backend.cpp — the list of backend kinds, reading a backend's table, and
+// finding a job's backend (backend.hpp).
 #include "backend.hpp"
 
 #include <fmt/format.h>
-#include <pwd.h>
+#include <unistd.h>
 
-#include <chrono>
-#include <thread>
+#include <algorithm>
+#include <cctype>
 
+#include "commands.hpp"
 #include "rkit/error.hpp"
-#include "rkit/process.hpp"
 
 namespace rkit::rsub {
 
-std::unique_ptr<Backend> make_slurm_backend(const BackendConfig& config);
-std::unique_ptr<Backend> make_kube_backend(const BackendConfig& config);
+BackendKind slurm_backend_kind();       // slurm.cpp
+BackendKind kubernetes_backend_kind();  // kube_backend.cpp
 
-namespace {
-
-// The first line of a command's complaint, without its "sbatch: error: " prefix.
-std::string message_of(const std::string& program, std::string_view text) {
-  text = text.substr(0, text.find('\n'));
-  for (std::string_view prefix : {program + ": ", std::string("error: ")})
-    if (text.starts_with(prefix)) text.remove_prefix(prefix.size());
-  return std::string(text.empty() ? "(no message)" : text);
+const std::vector<BackendKind>& backend_kinds() {
+  static const std::vector<BackendKind> kinds{slurm_backend_kind(), kubernetes_backend_kind()};
+  return kinds;
 }
 
-}  // namespace
-
-RunResult run_backend_command(const BackendCall& how, std::vector<std::string> argv,
-                              const std::vector<std::pair<std::string, std::string>>& env, const std::string& input,
-                              double retry_s) {
-  SpawnOptions o;
-  const std::string program = argv.front();
-  if (how.run_as_uid) {
-    passwd pw{}, *found = nullptr;  // the daemon's request threads: the reentrant lookup
-    char buf[4096];
-    if (::getpwuid_r(*how.run_as_uid, &pw, buf, sizeof buf, &found) != 0 || !found)
-      throw Error(Exit::NoPerm, fmt::format("{}: uid {} has no user name", how.who, *how.run_as_uid));
-    argv.insert(argv.begin(), {"setpriv", fmt::format("--reuid={}", found->pw_uid),
-                               fmt::format("--regid={}", found->pw_gid), "--init-groups", "--"});
-    // The user's command gets none of the daemon's environment: a plain PATH, who it
-    // is, and what the backend sets (SLURM_CONF ...).
-    o.clear_env = true;
-    o.env = {{"PATH", "/usr/local/bin:/usr/bin:/bin"}, {"HOME", found->pw_dir}, {"USER", found->pw_name},
-             {"LOGNAME", found->pw_name}};
+std::shared_ptr<const BackendConfig> parse_backend(const Config& c, const std::string& name, const std::string& dir) {
+  const std::string key = "rsub.backends." + name;
+  // Names are ids' prefixes ("slurm:1234") and Kubernetes label values: letters and
+  // digits at both ends.
+  if (name == "local" || name == "auto" || name.empty() || name.size() > 63 ||
+      name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") != std::string::npos ||
+      !std::isalnum(static_cast<unsigned char>(name.front())) || !std::isalnum(static_cast<unsigned char>(name.back())))
+    throw Error(Exit::Config, fmt::format("{}: backend name \"{}\": letters, digits, - and _, beginning and ending with "
+                                          "a letter or digit (not local or auto)",
+                                          c.where(key), name));
+  const auto kind_name = c.get_string(key + ".kind");
+  const auto& kinds = backend_kinds();
+  const auto kind = std::find_if(kinds.begin(), kinds.end(), [&](const BackendKind& k) { return kind_name == k.name; });
+  if (kind == kinds.end()) {
+    std::string names;
+    for (const auto& k : kinds) names += fmt::format("{}\"{}\"", names.empty() ? "" : " or ", k.name);
+    throw Error(Exit::Config, fmt::format("{}: {}.kind must be {}", c.where(key + ".kind"), key, names));
   }
-  o.argv = std::move(argv);
-  o.env.insert(o.env.end(), env.begin(), env.end());
-  o.in = input.empty() ? Redirect::null() : Redirect::pipe();
-  o.out = Redirect::pipe();
-  o.err = Redirect::pipe();
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(retry_s);
-  for (double pause = 0.25;; pause = std::min(pause * 2, 4.0)) {
-    RunResult r;
-    try {
-      r = run(o, 120.0, 5.0, input);
-    } catch (const Error& e) {
-      throw Error(Exit::Unavailable, fmt::format("{}: {}", how.who, e.what()), "is its client installed and in PATH?");
-    }
-    if (r.status.success() || !(r.timed_out || how.unreachable(r.err))) return r;
-    if (std::chrono::steady_clock::now() + std::chrono::duration<double>(pause) > deadline)
-      throw Error(Exit::Unavailable,
-                  fmt::format("{}: cannot reach {} ({}: {})", how.who, how.peer, program,
-                              r.timed_out ? std::string("timed out") : message_of(program, r.err)),
-                  "nothing was changed there; try again when it is back");
-    std::this_thread::sleep_for(std::chrono::duration<double>(pause));
+  static const std::vector<std::string> common{"kind", "log_dir", "refresh", "submit_retry", "assumed_wait"};
+  for (const auto& [k, _] : *c.get_table(key)) {
+    const std::string_view own(k.str());
+    if (std::find(common.begin(), common.end(), own) == common.end() &&
+        std::find(kind->keys.begin(), kind->keys.end(), own) == kind->keys.end())
+      throw Error(Exit::Config, fmt::format("{}: unknown key {}.{} for a {} backend", c.where(key + "." + std::string(own)),
+                                            key, own, kind->name));
   }
+  BackendCommon b;
+  b.name = name;
+  b.kind = kind->name;
+  b.log_dir = c.get_string(key + ".log_dir").value_or("");
+  if (b.log_dir.empty()) b.log_dir = dir + "/logs/" + name;
+  if (auto v = c.get_duration(key + ".refresh")) b.refresh_s = *v;
+  if (auto v = c.get_duration(key + ".submit_retry")) b.submit_retry_s = *v;
+  b.assumed_wait_s = c.get_duration(key + ".assumed_wait");
+  return kind->parse(c, key, b);
 }
 
-void backend_refused(const BackendCall& how, const std::string& what, const RunResult& r) {
-  const std::string message = message_of(what.substr(0, what.find(' ')), r.err.empty() ? r.out : r.err);
-  throw Error(Exit::DataErr, fmt::format("{}: {} failed: {}", how.who, what, message));
-}
-
-std::unique_ptr<Backend> make_backend(const BackendConfig& config) {
-  if (config.kind == BackendKind::Kubernetes) return make_kube_backend(config);
-  return make_slurm_backend(config);
+std::unique_ptr<Backend> open_backend(const Context& ctx, const std::string& name) {
+  if (const BackendConfig* config = ctx.settings.backend(name)) {
+    std::optional<std::uint32_t> run_as;
+    if (::geteuid() == 0 && ctx.me.uid != 0) run_as = ctx.me.uid;
+    return config->open(run_as);
+  }
+  std::string known;
+  for (const auto& b : ctx.settings.backends) known += b->name + ", ";
+  throw Error(Exit::Usage, fmt::format("backend \"{}\" is not configured (configured: {}and auto)", name, known),
+              "backends are [rsub.backends.NAME] tables of the configuration (rsub(1), BACKENDS)");
 }
 
 }  // namespace rkit::rsub

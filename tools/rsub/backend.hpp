@@ -1,154 +1,130 @@
 // File: rsub/backend.hpp
 //
-// Remote backends: the Slurm clusters and Kubernetes contexts rsub hands jobs to, each a
-// [rsub.backends.NAME] table of the configuration (rsub(1), BACKENDS). rsub does not
-// schedule their jobs: it translates the job spec (an sbatch script, an Indexed Job),
-// submits it with the backend's own commands, and follows it. Remote jobs live in the
-// same store as local ones (backend and remote_id columns), so `rsub ls` shows all of
-// them and rcost reads one history; the local daemon leaves them alone.
+// Where jobs run. Every job has a backend: the local machine (local.cpp: the daemon
+// schedules its jobs), or one of the [rsub.backends.NAME] tables of the configuration,
+// of a kind that reads its own table (remote.hpp: Slurm and Kubernetes, whose own
+// schedulers run the jobs). The commands (commands.cpp) act on every job through this
+// interface and name no kind; a kind a table may name is one entry of backend_kinds()
+// (backend.cpp), the one list of them. A Backend lives within one request: it refers to
+// the settings that opened it.
 //
-//   auto backend = make_backend(settings.backends.at("slurm"));
-//   std::vector<std::string> ids = backend->submit(spec, deps, {12, "alice", store.tag()});  // {"1234"}
-//   backend->query({"1234"});  // one batched query for many jobs
+//   std::unique_ptr<Backend> b = open_backend(ctx, job.backend);  // acting for ctx.me
+//   b->refresh(ctx, true, true);  // the states its queue shows now
+//   b->control(ctx, {job}, Control::Cancel);
 //
-// Refreshing: the states of a backend's active jobs are read in one query (sacct for
-// Slurm, kubectl get for Kubernetes) at most every `refresh_s` seconds for all clients
-// together (the last refresh time is kept in the store), never one query per job.
+// Every backend's jobs live in the one store (backend and remote_id columns), so `rsub
+// ls` shows all of them and rcost reads one history.
 #pragma once
 
-#include <functional>
-#include <map>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "job.hpp"
-#include "kube.hpp"
-#include "rkit/error.hpp"
-#include "rkit/process.hpp"
+#include "rkit/config.hpp"
+#include "rkit/jsonl.hpp"
 #include "spec.hpp"
 #include "store.hpp"
 
 namespace rkit::rsub {
 
-enum class BackendKind { Slurm, Kubernetes };
+struct Context;  // commands.hpp: who asks, and the daemon's settings
+class Backend;
 
-struct BackendConfig {
-  std::string name;
-  BackendKind kind = BackendKind::Slurm;
-  std::map<std::string, std::string> tenant_map;  // tenant → Slurm account, or → Kueue LocalQueue
-  std::string log_dir;          // task output, on a filesystem the nodes share ("" → <state>/rsub/logs/NAME)
-  double refresh_s = 2;         // job states are read at most this often
-  double submit_retry_s = 20;   // how long transient submission errors are retried
-  // Whose commands they are: a root daemon submits and controls a user's jobs as that
-  // user (through setpriv), so that the backend authenticates them, not root. Unset: as
-  // the daemon's user.
-  std::optional<std::uint32_t> run_as_uid;
-  std::optional<double> assumed_wait_s;  // for --backend auto, where the backend gives no estimate
-  // Slurm
-  std::string slurm_conf;       // SLURM_CONF for its commands ("" → Slurm's default)
-  std::string bin_dir;          // where sbatch, squeue ... are ("" → PATH)
-  std::string partition, qos;   // defaults for its jobs
-  // Kubernetes
-  std::string kubectl = "kubectl";
-  std::string context;          // kubectl --context ("" → the current one)
-  KubeTarget kube;              // namespace, default image, priority class, GPU resource
+// What every backend has (rsub(1), BACKENDS).
+struct BackendCommon {
+  std::string name;                      // "local", or the NAME of [rsub.backends.NAME]
+  std::string kind;                      // "local", "slurm", "kubernetes"
+  std::string log_dir;                   // where its jobs' output goes (<state>/rsub/logs[/NAME])
+  double refresh_s = 2;                  // job states are read at most this often
+  double submit_retry_s = 20;            // how long transient submission errors are retried
+  std::optional<double> assumed_wait_s;  // for --backend auto, where it gives no estimate
 };
 
-// What a remote job waits for: (type, the backend's id of the job).
-using RemoteDeps = std::vector<std::pair<DepType, std::string>>;
-
-// Whose job a submission is: rsub's id of its first element, its user, and the store's
-// tag (Store::tag), which makes the job's name or comment on the backend unique across
-// every rsub store that uses it.
-struct SubmitRef {
-  std::int64_t id = 0;
-  std::string user;
-  std::string store_tag;
+// A backend's settings: each kind derives its own, with the keys it reads.
+struct BackendConfig : BackendCommon {
+  virtual ~BackendConfig() = default;
+  // The backend acting for a caller. `run_as_uid`: a root daemon runs a backend's
+  // commands as the caller (through setpriv), so that the backend authenticates them,
+  // not root; unset: as the daemon's user.
+  virtual std::unique_ptr<Backend> open(std::optional<std::uint32_t> run_as_uid) const = 0;
 };
 
-// A submission whose answer never came (a timeout): the backend may have the job. rsub
-// keeps it, learns its id when the backend answers (Backend::adopt), or marks it LOST.
-// `ids`: the backend's ids of the elements when they are known without an answer.
-class SubmitUnconfirmed : public Error {
- public:
-  SubmitUnconfirmed(std::string message, std::vector<std::string> ids = {})
-      : Error(Exit::Unavailable, std::move(message)), ids(std::move(ids)) {}
-  std::vector<std::string> ids;
+// A kind of backend a table may name (kind = "slurm"): its own keys, beside the common
+// ones (kind, log_dir, refresh, submit_retry, assumed_wait), and how it reads them from
+// `key` ("rsub.backends.NAME") into a config whose common fields `common` has read.
+struct BackendKind {
+  const char* name;
+  std::vector<std::string> keys;
+  std::shared_ptr<BackendConfig> (*parse)(const Config& config, const std::string& key, const BackendCommon& common);
+};
+// Every kind a table may name (backend.cpp).
+const std::vector<BackendKind>& backend_kinds();
+
+// Reads [rsub.backends.NAME]. Error(Config) naming file:line for an unknown kind or key,
+// a value of the wrong type, or a name that is not one (letters, digits, - and _; not
+// local or auto).
+std::shared_ptr<const BackendConfig> parse_backend(const Config& config, const std::string& name,
+                                                   const std::string& state_dir);
+// The local machine's settings (local.cpp): its logs under <state_dir>/logs.
+std::shared_ptr<const BackendConfig> local_backend_config(const std::string& state_dir);
+
+// A task's output file, as a directory and a name in it (read through the directory's
+// descriptor: commands.cpp, open_job_log).
+struct LogFile {
+  std::string dir, name;
+};
+
+// Whether, and how soon, a backend would start a job (--backend auto).
+struct Offer {
+  enum Fit { Now, Later, Never } fit = Later;
+  std::optional<double> wait_s;  // the expected wait, when it gives one
+  std::string why;               // "fits now (2 of 2 cores ...)", "expected wait 5m"
 };
 
 class Backend {
  public:
   virtual ~Backend() = default;
-  // What submit hands the backend: an sbatch script, YAML. Error(DataErr) for a job the
-  // backend cannot take (a value an sbatch line cannot carry, no image, dependencies
-  // on Kubernetes ...).
-  virtual std::string render(const JobSpec& spec, const RemoteDeps& deps, const SubmitRef& ref) = 0;
-  // Submits; returns the backend's id of each element (one, or one per array index).
-  // A backend that refuses the connection is retried for submit_retry_s, then
-  // Error(Unavailable): nothing was submitted. One that does not answer:
-  // SubmitUnconfirmed. A job the backend refuses: Error(DataErr) with its message.
-  virtual std::vector<std::string> submit(const JobSpec& spec, const RemoteDeps& deps, const SubmitRef& ref) = 0;
-  // The jobs of this store (`store_tag`) and user that the backend has: rsub id → the
-  // backend's id of the job (an array's id), for submissions whose answer was lost.
-  virtual std::map<std::int64_t, std::string> adopt(const std::string& store_tag, const std::string& user) = 0;
-  // The states of these jobs, in one query (Slurm: two); a job Slurm no longer knows is
-  // left out, one Kubernetes no longer lists is LOST (deleted behind rsub's back).
-  // Error(Unavailable) when the backend cannot be reached.
-  virtual std::vector<Store::RemoteState> query(const std::vector<std::string>& ids) = 0;
-  // True when the backend forgets the jobs as they end (Kubernetes deletes them): rsub
-  // then records the cancellation itself.
-  virtual bool control(const std::vector<std::string>& ids, Control action) = 0;
-  // Seconds until the job would start, as the backend estimates it now; nullopt when it
-  // cannot say. Error(Unavailable) when it cannot be reached.
-  virtual std::optional<double> expected_wait(const JobSpec& spec) = 0;
-  // Why a pending job waits, as the backend says it now (lines for rsub why), and its
-  // reason code ("Resources"). Error(Unavailable) when it cannot be reached.
-  virtual std::vector<std::string> explain(const JobRecord& job, std::string& reason) = 0;
-  // One line for rsub status: what it is ("Slurm 22.05.8, ..."). Error(Unavailable) when
-  // it cannot be reached.
-  virtual std::string describe() = 0;
-  // The file a task's output goes to.
-  virtual std::string log_path(const JobRecord& job, int task, bool err) const = 0;
+  // What a job gets by default here (its working directory: the client's, where the
+  // tasks see the client's files), and the refusal of what cannot run here (several nodes
+  // on one machine: Error(DataErr)). Before the job is stored, or printed by a dry run.
+  virtual void prepare(Context& ctx, JobSpec& spec) = 0;
+  // Stores the job (a row per array element) and hands it on; prints its id (table) or
+  // its records. A dry run prints what it would hand on and stores nothing. Both refuse
+  // a dependency on another backend's job (Error(Usage)) before anything is stored.
+  virtual int submit(Context& ctx, JobSpec& spec, bool dry_run, const std::vector<std::string>& environment) = 0;
+  // Reads the states of its active jobs into the store: at most every refresh_s for all
+  // clients together, unless `force`. A backend it cannot reach is an error when
+  // `strict`, else a warning on ctx.err (the states last read are shown). Returns whether
+  // it may have written states through this request's connection, which data_version
+  // does not show (the local daemon writes its own: false).
+  virtual bool refresh(Context& ctx, bool strict, bool force) = 0;
+  // Cancels, holds or releases its jobs `jobs` (whose ownership the command checked).
+  virtual void control(Context& ctx, const std::vector<JobRecord>& jobs, Control action) = 0;
+  // The file task `task`'s stdout (or stderr) goes to; Error(Unavailable) where rsub
+  // cannot read it (Kubernetes: kubectl logs).
+  virtual LogFile log_file(const JobRecord& job, int task, bool err) const = 0;
+  // How often `rsub wait` looks at its jobs' states again, in seconds (logs -f: at
+  // least every 0.2 s).
+  virtual double poll_s() const = 0;
+  // Why a job is where it is, as `rsub why` says: fills `rec` (an rkit.job.why.v1 record:
+  // state, reason and what this backend knows) and the table's lines.
+  virtual void explain(Context& ctx, const JobRecord& job, Json& rec, std::vector<std::string>& lines) = 0;
+  // Its line in `rsub status` ("machine: 2 cores, 1 GPUs", "backend dc1: Slurm 22.05.8 ...");
+  // one that cannot be reached says so.
+  virtual std::string describe(Context& ctx) = 0;
+  // What it has, for rsub status' totals: {"cpus": N, "gpus": N}, both keys always there,
+  // null where it does not say.
+  virtual Json capacity(Context& ctx) = 0;
+  // Whether and when it would start the job (--backend auto, auto.cpp).
+  virtual Offer offer(Context& ctx, const JobSpec& spec) = 0;
 };
 
-std::unique_ptr<Backend> make_backend(const BackendConfig& config);
-
-// How the backends run their commands (sbatch, kubectl ...): captured, with a timeout.
-// While a call fails as `unreachable` says (the service is down or busy), it is retried
-// with doubling pauses for `retry_s` seconds, then Error(Unavailable) "<who>: cannot
-// reach <peer> (...)"; a program that cannot start is Error(Unavailable) too.
-struct BackendCall {
-  std::string who;   // "slurm backend \"dc1\""
-  std::string peer;  // "Slurm", "the API server"
-  std::function<bool(const std::string& err)> unreachable;
-  std::optional<std::uint32_t> run_as_uid;  // BackendConfig::run_as_uid
-};
-RunResult run_backend_command(const BackendCall& how, std::vector<std::string> argv,
-                              const std::vector<std::pair<std::string, std::string>>& env, const std::string& input,
-                              double retry_s);
-// Error(DataErr) "<who>: <what> failed: <first line of its message>": the backend refused.
-[[noreturn]] void backend_refused(const BackendCall& how, const std::string& what, const RunResult& r);
-
-// Slurm's names, mapped to rsub's states ("PENDING", "RUNNING", "COMPLETED", "FAILED",
-// "OUT_OF_MEMORY", "CANCELLED by 0", "NODE_FAIL" ...). NODE_FAIL is LOST, as a vanished
-// local supervisor is.
-JobState slurm_state(std::string_view name);
-
-// Parses `sacct -X -D -n -P -o JobID,State,ExitCode,Start,End,NodeList,Reason` output for
-// the wanted ids ("1234", "1234_5"): the last line of each id is its state, the number of
-// its lines its attempts; an array's pending line ("1234_[5-9%2]") stands for the
-// elements that have no line of their own.
-std::vector<Store::RemoteState> parse_sacct(std::string_view text, const std::vector<std::string>& wanted);
-
-// The same from `scontrol -o show job` (a Slurm without accounting: slurmctld's memory).
-std::vector<Store::RemoteState> parse_scontrol_jobs(std::string_view text, const std::vector<std::string>& wanted);
-
-// The sbatch script of a job (exposed for tests); `comment` tags it ("rsub:TAG:ID").
-// Error(DataErr) for a value an #SBATCH line cannot carry.
-std::string slurm_script(const JobSpec& spec, const RemoteDeps& deps, const BackendConfig& config,
-                         const std::string& comment = {});
+// The backend `name` acting for ctx.me: under a root daemon a remote backend's commands
+// run as the caller, never as root. Error(Usage) naming the configured ones when `name`
+// is not one.
+std::unique_ptr<Backend> open_backend(const Context& ctx, const std::string& name);
 
 }  // namespace rkit::rsub

@@ -27,13 +27,6 @@ namespace rkit::rsub {
 
 namespace {
 
-std::vector<Column> job_columns() {
-  auto duration = [](const Json& v) { return v.is_null() ? std::string("-") : format_duration(std::floor(v.get<double>())); };
-  return {{"ID", "id"},           {"NAME", "name"},       {"TENANT", "tenant"},   {"USER", "user"},
-          {"STATE", "state"},     {"TASKS", "tasks"},     {"CPUS", "cpus"},       {"GPUS", "gpus"},
-          {"TIME", "elapsed_s", duration}, {"REASON", "reason"}};
-}
-
 // The jobs the ids name, each id at least one (Error(NoInput) naming the first unknown).
 // Each job once, however often the ids name it; at most kMaxResolved jobs per request.
 std::vector<JobRecord> resolve_all(Store& store, const std::vector<std::string>& ids) {
@@ -97,126 +90,29 @@ UniqueFd open_job_log(const std::string& dir, const std::string& name, std::uint
 
 void sleep_s(double s) { std::this_thread::sleep_for(std::chrono::duration<double>(s)); }
 
-// The remote ids of jobs whose submission was not confirmed, when the backend has them
-// now; such jobs still unknown after their backend's retry window (and 5 minutes more)
-// are LOST: they may run there, so they are never submitted again.
-// Returns whether any job learnt its id.
-bool adopt_unsubmitted(Store& store, const BackendConfig& config, Backend& backend,
-                       const std::vector<Store::Unsubmitted>& waiting) {
-  if (waiting.empty()) return false;
-  bool adopted = false;
-  std::map<std::string, std::map<std::int64_t, std::string>> found;  // by user
-  for (const auto& u : waiting) {
-    if (!found.count(u.user)) found[u.user] = backend.adopt(store.tag(), u.user);
-    const auto& mine = found[u.user];
-    if (auto it = mine.find(u.array_id); it != mine.end()) {
-      store.set_remote_ids({u.id}, {u.array_index ? fmt::format("{}_{}", it->second, *u.array_index) : it->second});
-      adopted = true;
-    }
-  }
-  const double now = now_s();
-  store.lose_unsubmitted(config.name, now - config.submit_retry_s - 300, now);
-  return adopted;
-}
-
-// Reads the states of the remote backends' active jobs (of `only`, or of all), at most
-// every refresh_s for all clients together (`force`: now). A backend that cannot be
-// reached is an error when `strict`, else a warning: the states last read are shown.
-void refresh_remote(Context& ctx, Store& store, bool strict, bool force = false, const std::string& only = {}) {
-  for (const auto& [name, config] : ctx.settings.backends) {
-    if (!only.empty() && name != only) continue;
-    auto active = store.remote_active(name);
-    const auto waiting = store.unsubmitted(name);
-    if (active.empty() && waiting.empty()) continue;
-    if (!store.claim_refresh(name, now_s(), force ? 0 : config.refresh_s)) continue;
-    try {
-      auto backend = make_backend(config);
-      if (adopt_unsubmitted(store, config, *backend, waiting)) active = store.remote_active(name);
-      std::vector<std::string> ids;
-      for (const auto& a : active) ids.push_back(a.second);
-      if (!ids.empty()) store.update_remote(name, backend->query(ids));
-    } catch (const Error& e) {
-      if (strict) throw;
-      if (!ctx.quiet) *ctx.err << fmt::format("rsub: warning: {} (showing the states last read)\n", e.what());
-    }
-  }
-}
-
-// A remote job's dependencies as its backend names them; each must run there too.
-RemoteDeps remote_deps(Store& store, JobSpec& spec) {
-  RemoteDeps out;
-  for (Dependency& d : spec.depends) {
-    const std::string text = d.remote.empty() ? std::to_string(d.job) : d.remote;
-    const std::vector<JobRecord> found = store.resolve(text);
-    if (found.empty()) throw Error(Exit::NoInput, "depends: no job " + text, "rsub ls --all lists the jobs");
-    const JobRecord& j = found.front();
-    if (j.backend != spec.backend || j.remote_id.empty())
-      throw Error(Exit::Usage, fmt::format("depends: job {} runs on {}; a job on {} can wait only for jobs there",
-                                           j.display_id(), j.backend, spec.backend));
-    // A backend may forget finished jobs (Slurm after MinJobAge) and then take a
-    // dependency on them as met: decide on ended ones here, as the local scheduler does.
-    if (std::all_of(found.begin(), found.end(), [](const JobRecord& f) { return terminal(f.state); })) {
-      const bool ok = std::all_of(found.begin(), found.end(), [](const JobRecord& f) { return f.state == JobState::Completed; });
-      if (d.type == DepType::AfterOk ? !ok : d.type == DepType::AfterNotOk ? ok : false)
-        throw Error(Exit::DataErr, fmt::format("depends: {}:{} can never be satisfied: job {} has ended {}",
-                                               dep_type_name(d.type), text, j.display_id(), state_name(j.state)));
-      d.remote.clear();
-      d.job = -1;  // met: dropped below
-      continue;
-    }
-    // A whole array by its array id (1234), one element by its own (1234_5).
-    out.emplace_back(d.type, found.size() > 1 ? j.remote_id.substr(0, j.remote_id.find('_')) : j.remote_id);
-    d.job = j.array_parent && found.size() > 1 ? *j.array_parent : j.id;
-    d.remote.clear();
-  }
-  std::erase_if(spec.depends, [](const Dependency& d) { return d.job == -1; });
-  return out;
-}
-
-int submit_remote(Context& ctx, JobSpec& spec, bool dry_run) {
-  const BackendConfig config = backend_config(ctx, spec.backend);
-  auto backend = make_backend(config);
-  Store& store = ctx.store();
-  const RemoteDeps deps = remote_deps(store, spec);
-  const SubmitRef ref{0, ctx.me.user, store.tag()};
-  if (dry_run) {
-    const std::string text = backend->render(spec, deps, ref);
-    if (ctx.format == Format::Table) *ctx.out << text;
-    else *ctx.out << to_json_line(Json{{"schema", "rkit.job.submission.v1"}, {"backend", spec.backend},
-                                        {"spec", spec.to_json()}, {"submission", text}})
-                   << '\n';
-    return 0;
-  }
-  // Stored first: its rsub id names it there.
-  const std::vector<std::int64_t> ids = store.submit(spec, ctx.me, now_s());
-  std::vector<std::string> remote;
-  try {
-    remote = backend->submit(spec, deps, {ids.front(), ctx.me.user, ref.store_tag});
-  } catch (const SubmitUnconfirmed& e) {
-    // It may be there: kept, and found there (or LOST) by a later refresh.
-    if (!e.ids.empty()) store.set_remote_ids(ids, e.ids);
-    throw Error(Exit::Unavailable, e.what(),
-                fmt::format("kept as job {}: rsub finds it when {} answers, or marks it LOST", ids.front(), spec.backend));
-  } catch (...) {
-    store.discard(ids);  // refused there, or never sent: nothing is kept here either
-    throw;
-  }
-  store.set_remote_ids(ids, remote);
-  if (ctx.format == Format::Table) {
-    // Slurm names a whole array by its id (1234); a Kubernetes array is one Job per element.
-    if (spec.array && remote.front().find('_') != std::string::npos)
-      *ctx.out << fmt::format("{}:{}\n", spec.backend, remote.front().substr(0, remote.front().find('_')));
-    else
-      for (std::int64_t id : ids) *ctx.out << store.job(id)->display_id() << '\n';
-    return 0;
-  }
-  Printer out(*ctx.out, ctx.format, job_columns());
-  for (std::int64_t id : ids) out.print(store.job(id)->to_json());
-  out.finish();
-  return 0;
+// Reads the states of every backend's active jobs, at most every refresh_s for all
+// clients together; a backend that cannot be reached is a warning (the states last read
+// are shown). Returns whether states were written.
+bool refresh_all(Context& ctx) {
+  bool wrote = false;
+  for (const auto& b : ctx.settings.backends) wrote |= open_backend(ctx, b->name)->refresh(ctx, false, false);
+  return wrote;
 }
 
 }  // namespace
+
+std::vector<Column> job_columns() {
+  auto duration = [](const Json& v) { return v.is_null() ? std::string("-") : format_duration(std::floor(v.get<double>())); };
+  return {{"ID", "id"},           {"NAME", "name"},       {"TENANT", "tenant"},   {"USER", "user"},
+          {"STATE", "state"},     {"TASKS", "tasks"},     {"CPUS", "cpus"},       {"GPUS", "gpus"},
+          {"TIME", "elapsed_s", duration}, {"REASON", "reason"}};
+}
+
+void print_jobs(Context& ctx, const std::vector<std::int64_t>& ids) {
+  Printer out(*ctx.out, ctx.format, job_columns());
+  for (std::int64_t id : ids) out.print(ctx.store().job(id)->to_json());
+  out.finish();
+}
 
 Submitter user_of(uid_t uid) {
   Submitter me;
@@ -225,19 +121,6 @@ Submitter user_of(uid_t uid) {
   char buf[4096];
   me.user = ::getpwuid_r(uid, &pw, buf, sizeof buf, &found) == 0 && found ? found->pw_name : std::to_string(uid);
   return me;
-}
-
-BackendConfig backend_config(const Context& ctx, const std::string& name) {
-  const auto it = ctx.settings.backends.find(name);
-  if (it != ctx.settings.backends.end()) {
-    BackendConfig c = it->second;
-    if (::geteuid() == 0 && ctx.me.uid != 0) c.run_as_uid = ctx.me.uid;
-    return c;
-  }
-  std::string known = "local";
-  for (const auto& [n, _] : ctx.settings.backends) known += ", " + n;
-  throw Error(Exit::Usage, fmt::format("backend \"{}\" is not configured (configured: {}, and auto)", name, known),
-              "backends are [rsub.backends.NAME] tables of the configuration (rsub(1), BACKENDS)");
 }
 
 bool is_admin(const Context& ctx) {
@@ -263,62 +146,16 @@ int submit(Context& ctx, JobSpec spec, bool dry_run, const std::vector<std::stri
     }
     spec.backend = p.backend;
   }
-  // The client's directory, where it exists for the tasks too: not in a container image.
-  const bool kube = spec.backend != "local" && backend_config(ctx, spec.backend).kind == BackendKind::Kubernetes;
-  if (spec.workdir.empty() && !kube) spec.workdir = ctx.client_cwd;
+  const auto backend = open_backend(ctx, spec.backend);
+  backend->prepare(ctx, spec);
   if (!spec.workdir.empty() && spec.workdir.front() != '/')
     throw Error(Exit::DataErr, "workdir " + spec.workdir + ": must be an absolute path");
-  if (spec.backend != "local") return submit_remote(ctx, spec, dry_run);
-  if (spec.resources.nodes > 1)
-    throw Error(Exit::DataErr, fmt::format("the job asks for {} nodes; the local backend is one machine",
-                                           spec.resources.nodes), "submit it to a Slurm backend (--backend)");
-  Store& store = ctx.store();
-  for (const Dependency& d : spec.depends) {  // the daemon sees local jobs' states only
-    const std::vector<JobRecord> found = d.remote.empty() ? store.resolve(std::to_string(d.job)) : store.resolve(d.remote);
-    if (!d.remote.empty() || (!found.empty() && found.front().backend != "local"))
-      throw Error(Exit::Usage, fmt::format("depends: job {} runs on {}; a local job can wait only for local jobs",
-                                           d.remote.empty() ? std::to_string(d.job) : d.remote,
-                                           found.empty() ? std::string("a remote backend") : found.front().backend));
-  }
-  JobRecord preview;
-  preview.spec = spec;
-  preview.user = ctx.me.user;
-  preview.uid = ctx.me.uid;
-  preview.held = spec.hold;
-  preview.submit_s = now_s();
-  if (dry_run) {
-    Printer out(*ctx.out, ctx.format == Format::Table ? Format::Json : ctx.format, job_columns());
-    out.print(preview.to_json());
-    out.finish();
-    return 0;
-  }
-  // The daemon records what the machine has; a job that can never fit is refused now (a
-  // dry run prints it anyway: it stores nothing).
-  if (auto cap = store.meta("capacity")) {
-    const Json c = parse_json(*cap, "capacity");
-    const Resources& r = spec.resources;
-    auto refuse = [&](const std::string& what, long need, long have) {
-      throw Error(Exit::DataErr, fmt::format("the job needs {} {}, this machine has {}", need, what, have),
-                  "see rsub status for what it has");
-    };
-    if (long need = long{r.tasks} * r.cpus_per_task; need > c.value("cpus", 0L)) refuse("cores", need, c.value("cpus", 0L));
-    if (long need = long{r.tasks} * r.gpus_per_task; need > c.value("gpus", 0L)) refuse("GPUs", need, c.value("gpus", 0L));
-  }
-  const std::vector<std::int64_t> ids = store.submit(spec, ctx.me, preview.submit_s, environment);
-  ctx.wake();
-  if (ctx.format == Format::Table) {
-    *ctx.out << ids.front() << '\n';
-    return 0;
-  }
-  Printer out(*ctx.out, ctx.format, job_columns());
-  for (std::int64_t id : ids) out.print(store.job(id)->to_json());
-  out.finish();
-  return 0;
+  return backend->submit(ctx, spec, dry_run, environment);
 }
 
 int list(Context& ctx, JobFilter filter, bool cached) {
   Store& store = ctx.store();
-  if (!cached) refresh_remote(ctx, store, false);
+  if (!cached) refresh_all(ctx);
   filter.light = true;
   if (ctx.format == Format::Json) {  // streamed: ls --all --json over a long history
     store.each_job(filter, [&](const JobRecord& j) { *ctx.out << j.to_json_line() << '\n'; });
@@ -332,7 +169,7 @@ int list(Context& ctx, JobFilter filter, bool cached) {
 
 int show(Context& ctx, const std::vector<std::string>& ids) {
   Store& store = ctx.store();
-  refresh_remote(ctx, store, false);
+  refresh_all(ctx);
   for (const JobRecord& j : resolve_all(store, ids)) {
     Json rec = j.to_json();
     // The environment the job was given is its owner's (and the admins') to read.
@@ -357,19 +194,12 @@ int logs(Context& ctx, const std::string& id, bool follow, int task, bool err) {
   check_owner(ctx, job, "read its output");
   if (task < 0 || task >= job.spec.resources.tasks)
     throw Error(Exit::Usage, fmt::format("--task {}: job {} has tasks 0 to {}", task, id, job.spec.resources.tasks - 1));
-  const std::string name = fmt::format("task-{}.{}", task, err ? "err" : "out");
-  std::string path;
-  if (job.backend != "local") {
-    const BackendConfig config = backend_config(ctx, job.backend);
-    path = make_backend(config)->log_path(job, task, err);
-  }
+  const auto backend = open_backend(ctx, job.backend);
+  const LogFile file = backend->log_file(job, task, err);
   UniqueFd fd;
   auto open_log = [&] {
     try {
-      if (job.backend == "local")
-        fd = open_job_log(fmt::format("{}/logs/{}", ctx.settings.dir, job.display_id()), name, job.uid);
-      else
-        fd = open_job_log(path.substr(0, path.rfind('/')), path.substr(path.rfind('/') + 1), job.uid);
+      fd = open_job_log(file.dir, file.name, job.uid);
     } catch (const Error& e) {
       if (e.code() != Exit::NoInput) throw;
     }
@@ -387,10 +217,10 @@ int logs(Context& ctx, const std::string& id, bool follow, int task, bool err) {
   };
   drain();
   while (follow && !ctx.gone()) {
-    if (job.backend != "local") refresh_remote(ctx, store, false);
+    backend->refresh(ctx, false, false);
     const auto now = store.job(job.id);
     const bool over = !now || terminal(now->state);
-    if (!over) sleep_s(job.backend == "local" ? 0.2 : 1.0);
+    if (!over) sleep_s(std::max(0.2, backend->poll_s()));
     drain();  // after the end too: what the last moment wrote
     if (over) break;
   }
@@ -402,36 +232,16 @@ int logs(Context& ctx, const std::string& id, bool follow, int task, bool err) {
 int control(Context& ctx, const std::vector<std::string>& ids, Control action) {
   Store& store = ctx.store();
   const std::vector<JobRecord> jobs = resolve_all(store, ids);
-  static const char* verbs[] = {"cancel", "hold", "release"};
-  const char* verb = verbs[static_cast<int>(action)];
-  for (const JobRecord& j : jobs) check_owner(ctx, j, fmt::format("{} it", verb));
-  // Remote jobs: one command per backend, then their states are read again.
-  std::map<std::string, std::vector<std::string>> remote;
-  for (const JobRecord& j : jobs)
-    if (j.backend != "local" && !j.remote_id.empty()) remote[j.backend].push_back(j.remote_id);
-  for (const auto& [name, remote_ids] : remote)
-    if (make_backend(backend_config(ctx, name))->control(remote_ids, action))  // the backend forgot them
-      for (const JobRecord& j : jobs)
-        if (j.backend == name) store.finish(j.id, JobState::Cancelled, "cancelled by " + ctx.me.user, now_s());
-  for (const auto& [name, _] : remote) refresh_remote(ctx, store, false, true, name);
-  bool wake = false;
-  for (const JobRecord& j : jobs) {
-    if (j.backend != "local") continue;
-    bool changed = false;
-    if (action == Control::Cancel) {
-      changed = store.cancel(j.id, ctx.me.user, now_s());
-      wake = true;  // a running job's supervisor is signalled by the daemon
-      if (!changed && terminal(j.state) && !ctx.quiet)
-        *ctx.err << fmt::format("rsub: note: job {} already ended ({})\n", j.display_id(), state_name(j.state));
-    } else {
-      changed = store.set_held(j.id, action == Control::Hold);
-      wake |= changed;
-      if (!changed && !ctx.quiet)
-        *ctx.err << fmt::format("rsub: note: job {} is {}, not pending: nothing to {}\n", j.display_id(),
-                                 state_name(j.state), verb);
-    }
-  }
-  if (wake) ctx.wake();
+  for (const JobRecord& j : jobs) check_owner(ctx, j, fmt::format("{} it", control_verb(action)));
+  std::map<std::string, std::vector<JobRecord>> by_backend;
+  for (const JobRecord& j : jobs) by_backend[j.backend].push_back(j);
+  // The local machine is the first backend: acted on last, so that a remote one that
+  // fails (it is reached over the network) leaves the local jobs as they were.
+  for (auto b = ctx.settings.backends.rbegin(); b != ctx.settings.backends.rend(); ++b)
+    if (const auto mine = by_backend.extract((*b)->name)) open_backend(ctx, (*b)->name)->control(ctx, mine.mapped(), action);
+  for (const auto& [name, mine] : by_backend)  // a backend no longer configured
+    if (std::any_of(mine.begin(), mine.end(), [](const JobRecord& j) { return !j.remote_id.empty(); }))
+      open_backend(ctx, name);  // Error(Usage): not configured
   return 0;
 }
 
@@ -454,16 +264,22 @@ int wait(Context& ctx, const std::vector<std::string>& ids, std::optional<double
   const double deadline = timeout_s ? now_s() + *timeout_s : INFINITY;
   std::uint64_t seen = 0;
   std::vector<std::int64_t> waiting;
-  bool remote = false;
+  std::map<std::string, std::unique_ptr<Backend>> backends;  // of the jobs, where still configured
+  double poll = 0;  // the slowest of theirs: each pass reads every one of them
   for (const auto& j : jobs) {
     waiting.push_back(j.id);
-    remote |= j.backend != "local";
+    if (!backends.count(j.backend) && ctx.settings.backend(j.backend)) {
+      auto& b = backends[j.backend] = open_backend(ctx, j.backend);
+      poll = std::max(poll, b->poll_s());
+    }
   }
+  if (backends.empty()) poll = 0.5;
   int code = 0;
   while (!waiting.empty()) {
-    if (remote) refresh_remote(ctx, store, false);  // at most every refresh_s; our own writes
-    const std::uint64_t version = store.data_version();  // do not change data_version
-    if (version != seen || seen == 0 || remote) {
+    bool wrote = false;  // our own writes do not change data_version
+    for (auto& [_, b] : backends) wrote |= b->refresh(ctx, false, false);  // at most every refresh_s
+    const std::uint64_t version = store.data_version();
+    if (version != seen || seen == 0 || wrote) {
       seen = version;
       std::vector<std::int64_t> still;
       for (const auto& [id, state] : store.states_of(waiting)) {
@@ -481,14 +297,18 @@ int wait(Context& ctx, const std::vector<std::string>& ids, std::optional<double
     if (now_s() > deadline)
       throw Error(Exit::TempFail, fmt::format("{} job(s) still active after --timeout", waiting.size()));
     if (ctx.gone()) return 75;
-    sleep_s(remote ? 0.5 : 0.02);
+    sleep_s(poll);
   }
   return code;
 }
 
 int status(Context& ctx) {
   Store& store = ctx.store();
-  refresh_remote(ctx, store, false);
+  std::vector<std::unique_ptr<Backend>> backends;
+  for (const auto& b : ctx.settings.backends) {
+    backends.push_back(open_backend(ctx, b->name));
+    backends.back()->refresh(ctx, false, false);
+  }
   struct Row {
     int pending = 0, running = 0, cpus = 0, gpus = 0;
     double oldest_submit = INFINITY;
@@ -508,10 +328,17 @@ int status(Context& ctx) {
       }
     }
   });
-  Json capacity = Json::object();
-  if (auto cap = store.meta("capacity")) capacity = parse_json(*cap, "capacity");
+  // What each backend has ("*": all that say), as {"cpus": N, "gpus": N}.
+  std::map<std::string, Json> capacity;
+  Json& all = capacity["*"] = Json{{"cpus", nullptr}, {"gpus", nullptr}};
+  for (std::size_t i = 0; i < backends.size(); ++i) {
+    const Json c = capacity[ctx.settings.backends[i]->name] = backends[i]->capacity(ctx);
+    for (const char* key : {"cpus", "gpus"})
+      if (c[key].is_number()) all[key] = (all[key].is_number() ? all[key].get<long>() : 0L) + c[key].get<long>();
+  }
   auto record = [&](const std::string& backend, const std::string& tenant, const Row& r) {
-    const bool local = backend == "local" || backend == "*";  // they carry the local machine's capacity
+    const auto cap = capacity.find(backend);  // none for a backend no longer configured
+    auto total = [&](const char* key) { return cap == capacity.end() ? Json(nullptr) : cap->second[key]; };
     return Json{{"schema", "rkit.queue.v1"},
                 {"backend", backend},
                 {"tenant", tenant},
@@ -519,8 +346,8 @@ int status(Context& ctx) {
                 {"running", r.running},
                 {"cpus_in_use", r.cpus},
                 {"gpus_in_use", r.gpus},
-                {"cpus_total", local ? capacity.value("cpus", Json(nullptr)) : Json(nullptr)},
-                {"gpus_total", local ? capacity.value("gpus", Json(nullptr)) : Json(nullptr)},
+                {"cpus_total", total("cpus")},
+                {"gpus_total", total("gpus")},
                 {"oldest_pending_s", std::isfinite(r.oldest_submit) ? Json(now - r.oldest_submit) : Json(nullptr)}};
   };
   auto age = [](const Json& v) { return v.is_null() ? std::string("-") : format_duration(std::floor(v.get<double>())); };
@@ -535,21 +362,8 @@ int status(Context& ctx) {
   for (const auto& [key, r] : rows) out.print(record(key.first, key.second, r));
   out.print(record("*", "*", total));
   out.finish();
-  auto size = [&](const char* key) {
-    const auto it = capacity.find(key);
-    return it != capacity.end() && it->is_number() ? it->dump() : std::string("?");
-  };
   if (ctx.format == Format::Table && !ctx.quiet)
-    *ctx.out << fmt::format("machine: {} cores, {} GPUs{}\n", size("cpus"), size("gpus"),
-                            ctx.settings.shared() ? "; shared daemon" : "");
-  if (ctx.format == Format::Table && !ctx.quiet)
-    for (const auto& [name, config] : ctx.settings.backends) {
-      try {
-        *ctx.out << fmt::format("backend {}: {}\n", name, make_backend(config)->describe());
-      } catch (const Error& e) {
-        *ctx.out << fmt::format("backend {}: unreachable: {}\n", name, e.what());
-      }
-    }
+    for (const auto& b : backends) *ctx.out << b->describe(ctx) << '\n';
   return 0;
 }
 
@@ -561,54 +375,10 @@ int why(Context& ctx, const std::string& id) {
   Json rec{{"schema", "rkit.job.why.v1"}, {"id", job.display_id()}, {"state", state_name(job.state)},
            {"reason", job.reason}};
   std::vector<std::string> lines;
-  if (job.backend != "local") {
-    refresh_remote(ctx, store, true, true, job.backend);
-    const JobRecord now = *store.job(job.id);
-    rec["state"] = state_name(now.state);
-    rec["reason"] = now.reason;
-    if (now.state == JobState::Pending) {
-      std::string reason;
-      lines = make_backend(backend_config(ctx, now.backend))->explain(now, reason);
-      rec["reason"] = reason;
-    } else
-      lines.push_back(now.state == JobState::Running ? "it is running on " + now.host : "it has ended");
-  } else if (job.state == JobState::Pending) {
-    const Explanation x =
-        ctx.explain ? ctx.explain(job.id) : explain_job(dry_pass(ctx.settings, local_machine(ctx.settings)), job.id);
-    if (x.starts) {
-      rec["reason"] = "None";
-      lines.push_back("nothing holds it back: it starts at the daemon's next pass");
-    } else if (x.verdict) {
-      const Verdict& v = *x.verdict;
-      const int pending = x.pending;
-      rec["reason"] = v.reason;
-      rec["detail"] = v.detail;
-      rec["priority"] = {{"score", v.priority.score},
-                         {"fairshare", v.priority.fairshare},
-                         {"age", v.priority.age},
-                         {"priority", v.priority.priority}};
-      rec["position"] = v.position;
-      rec["pending"] = pending;
-      rec["expected_start_unix_s"] = v.expected_start_s ? Json(*v.expected_start_s) : Json(nullptr);
-      rec["waits_for"] = v.waits_for;
-      lines.push_back(v.detail);
-      const auto& c = ctx.settings.sched;
-      lines.push_back(fmt::format("priority {:.1f} = fair share {:.3f} × {} + age {:.3f} × {} + priority {} × {}",
-                                  v.priority.score, v.priority.fairshare, c.weight_fairshare, v.priority.age,
-                                  c.weight_age, v.priority.priority, c.weight_priority));
-      if (v.position > 0) lines.push_back(fmt::format("position {} of {} pending", v.position, pending));
-      if (!v.waits_for.empty()) {
-        std::string ids;
-        for (auto w : v.waits_for) {
-          const auto other = store.job(w);
-          ids += (ids.empty() ? "" : ", ") + (other ? other->display_id() : std::to_string(w));
-        }
-        lines.push_back("must finish first: " + ids);
-      }
-    }
-  } else {
-    lines.push_back(job.state == JobState::Running ? "it is running" : "it has ended");
-  }
+  if (ctx.settings.backend(job.backend) || job.state == JobState::Pending)
+    open_backend(ctx, job.backend)->explain(ctx, job, rec, lines);
+  else  // its backend is no longer configured: what the store last read
+    lines.push_back(job.state == JobState::Running ? "it is running on " + job.host : "it has ended");
   if (ctx.format != Format::Table) {
     *ctx.out << to_json_line(rec) << '\n';
     return 0;

@@ -1,6 +1,7 @@
 // File: rsub/commands.hpp
 //
-// The bodies of rsub's commands, one function each. They run in the daemon, which alone
+// The bodies of rsub's commands, one function each; what depends on where a job runs is
+// its backend's (backend.hpp). They run in the daemon, which alone
 // opens the job store: a client sends its request over the daemon's socket
 // (protocol.hpp), the daemon fills a Context with who asks, as the kernel says, and calls
 // handle_request. Each prints its output (table or rkit.job.v1 records) to ctx.out and
@@ -55,10 +56,10 @@ Submitter user_of(uid_t uid);
 // May `ctx.me` act on other users' jobs: root, or named in rsub.admins.
 bool is_admin(const Context& ctx);
 
-// A configured backend's settings for acting for `ctx.me`: under a root daemon its
-// commands then run as the caller (BackendConfig::run_as_uid), never as root.
-// Error(Usage) naming the configured ones when `name` is not one.
-BackendConfig backend_config(const Context& ctx, const std::string& name);
+// The columns of a job's row (rsub ls), and the records of stored jobs printed in
+// ctx.format (what submit prints for --json and --csv).
+std::vector<Column> job_columns();
+void print_jobs(Context& ctx, const std::vector<std::int64_t>& ids);
 
 // Runs one client request ({"cmd": "submit", ...}, rsub(1) PROTOCOL) and returns its exit
 // code. Error(Usage) for a request this daemon does not know; the commands' errors.

@@ -1,8 +1,8 @@
 // File: rsub/daemon.hpp
 //
-// The local backend's moving parts: the settings it reads from the configuration, the
-// files under <state>/rsub, the scheduler daemon, and the supervisor ("shim") that owns
-// one attempt of one job.
+// rsub's settings (settings.cpp), and the local backend's moving parts: the files under
+// <state>/rsub, the scheduler daemon, and the supervisor ("shim") that owns one attempt
+// of one job.
 //
 //   <state>/rsub/jobs.db          the store (store.hpp)
 //   <state>/rsub/daemon.lock      flock()ed by the one daemon for its whole life
@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -59,7 +60,9 @@ struct Settings {
   double gpu_weight = 10;                      // rsub.priority.gpu_weight: a GPU-second is worth N core-seconds
   std::optional<int> local_cpus, local_gpus;   // [local] cpus, gpus: instead of the host's
   std::optional<std::uint64_t> local_memory;   // [local] memory
-  std::map<std::string, BackendConfig> backends;  // [rsub.backends.NAME]
+  // Where jobs run: the local machine first, then each [rsub.backends.NAME], by name.
+  std::vector<std::shared_ptr<const BackendConfig>> backends;
+  const BackendConfig* backend(const std::string& name) const;  // nullptr: not configured
   // --backend auto: the remote backends it may choose, in order of preference when their
   // waits tie (rsub.auto.backends; default: all), the price sheet that costs a job there
   // (rsub.auto.prices), and each tenant's most a job may cost (rsub.tenants.T.max_job_cost).

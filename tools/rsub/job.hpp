@@ -27,6 +27,10 @@ inline bool terminal(JobState s) { return s != JobState::Pending && s != JobStat
 
 // What rsub cancel, hold and release ask of a job, whichever backend runs it.
 enum class Control { Cancel, Hold, Release };
+inline const char* control_verb(Control c) {  // "cancel", "hold", "release"
+  static const char* verbs[] = {"cancel", "hold", "release"};
+  return verbs[static_cast<int>(c)];
+}
 
 // One task's share of the machine.
 struct TaskAlloc {

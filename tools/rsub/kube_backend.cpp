@@ -1,11 +1,12 @@
-// File: rsub/kube_backend.cpp — the Kubernetes backend (backend.hpp): the manifests of
+// File: rsub/kube_backend.cpp — the Kubernetes backend (remote.hpp): the manifests of
 // kube.hpp created with kubectl, states from one `kubectl get jobs` per refresh. No API
 // server can run on the build machines: tests drive it through tests/fakes/fake_kubectl.
 #include <fmt/format.h>
 
 #include <ctime>
 
-#include "backend.hpp"
+#include "kube.hpp"
+#include "remote.hpp"
 #include "rkit/error.hpp"
 
 namespace rkit::rsub {
@@ -30,9 +31,20 @@ bool unreachable(const std::string& err) {
   return false;
 }
 
-class KubeBackend final : public Backend {
+// [rsub.backends.NAME] with kind = "kubernetes".
+struct KubeConfig final : RemoteConfig {
+  std::string kubectl = "kubectl";
+  std::string context;  // kubectl --context ("" → the current one)
+  KubeTarget kube;      // namespace, default image, priority class, GPU resource
+  std::unique_ptr<RemoteBackend> remote(std::optional<std::uint32_t> run_as_uid) const override;
+};
+
+class KubeBackend final : public RemoteBackend {
  public:
-  explicit KubeBackend(const BackendConfig& config) : c_(config) {}
+  KubeBackend(const KubeConfig& config, std::optional<std::uint32_t> run_as_uid) : c_(config), run_as_(run_as_uid) {}
+
+  // The client's working directory does not exist in a container image: the image's.
+  void prepare(JobSpec&, const std::string&) const override {}
 
   std::string render(const JobSpec& spec, const RemoteDeps& deps, const SubmitRef& ref) override {
     if (spec.hold)
@@ -183,14 +195,37 @@ class KubeBackend final : public Backend {
   }
   [[noreturn]] void refused(const std::string& what, const RunResult& r) const { backend_refused(how_, what, r); }
 
-  BackendConfig c_;
-  BackendCall how_{fmt::format("kubernetes backend \"{}\"", c_.name), "the API server", unreachable, c_.run_as_uid};
+  KubeConfig c_;
+  std::optional<std::uint32_t> run_as_;
+  BackendCall how_{fmt::format("kubernetes backend \"{}\"", c_.name), "the API server", unreachable, run_as_};
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_kube_backend(const BackendConfig& config) {
-  return std::make_unique<KubeBackend>(config);
+std::unique_ptr<RemoteBackend> KubeConfig::remote(std::optional<std::uint32_t> run_as_uid) const {
+  return std::make_unique<KubeBackend>(*this, run_as_uid);
+}
+
+BackendKind kubernetes_backend_kind() {
+  return {"kubernetes",
+          {"queues", "kubectl", "context", "namespace", "image", "priority_class", "gpu_resource", "gpu_label"},
+          [](const Config& c, const std::string& key, const BackendCommon& common) -> std::shared_ptr<BackendConfig> {
+            auto b = std::make_shared<KubeConfig>();
+            static_cast<BackendCommon&>(*b) = common;
+            b->tenant_map = c.get_string_map(key + ".queues");
+            auto str = [&](const char* k, std::string& out) {
+              if (auto v = c.get_string(key + "." + k)) out = *v;
+            };
+            str("kubectl", b->kubectl);
+            str("context", b->context);
+            str("namespace", b->kube.namespace_name);
+            str("image", b->kube.image);
+            str("priority_class", b->kube.priority_class);
+            str("gpu_resource", b->kube.gpu_resource);
+            str("gpu_label", b->kube.gpu_label);
+            b->kube.backend = common.name;
+            return b;
+          }};
 }
 
 }  // namespace rkit::rsub

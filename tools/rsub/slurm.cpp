@@ -1,4 +1,4 @@
-// File: rsub/slurm.cpp — the Slurm backend (backend.hpp): the job spec as an sbatch
+// File: rsub/slurm.cpp — the Slurm backend (remote.hpp): the job spec as an sbatch
 // script whose tasks start under srun, states from sacct, control with scancel/scontrol.
 #include <fmt/format.h>
 
@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <set>
 
-#include "backend.hpp"
+#include "remote.hpp"
 #include "rkit/error.hpp"
 #include "rkit/process.hpp"
 
@@ -88,7 +88,7 @@ bool maybe_delivered(const std::string& message) {
 
 // A value that goes into an #SBATCH line, double-quoted: sbatch reads quotes there, but
 // not escapes, and a newline would end the line (and run the rest as shell).
-std::string sbatch_value(const BackendConfig& c, std::string_view key, std::string_view v) {
+std::string sbatch_value(const BackendCommon& c, std::string_view key, std::string_view v) {
   if (std::any_of(v.begin(), v.end(), [](char ch) { return ch == '"' || ch == '\\' || static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f; }))
     throw Error(Exit::DataErr, fmt::format("slurm backend \"{}\": {} \"{}\" has a quote, backslash or control "
                                            "character, which an #SBATCH line cannot carry", c.name, key, v));
@@ -96,9 +96,13 @@ std::string sbatch_value(const BackendConfig& c, std::string_view key, std::stri
 }
 
 
-class SlurmBackend final : public Backend {
+class SlurmBackend final : public RemoteBackend {
  public:
-  explicit SlurmBackend(const BackendConfig& config) : c_(config) {}
+  SlurmBackend(const SlurmConfig& config, std::optional<std::uint32_t> run_as_uid) : c_(config), run_as_(run_as_uid) {}
+
+  void prepare(JobSpec& spec, const std::string& client_cwd) const override {
+    if (spec.workdir.empty()) spec.workdir = client_cwd;  // on a filesystem the nodes share
+  }
 
   std::string render(const JobSpec& spec, const RemoteDeps& deps, const SubmitRef& ref) override {
     return slurm_script(spec, deps, c_, ref.store_tag.empty() ? "" : comment(ref.store_tag, ref.id));
@@ -264,8 +268,9 @@ class SlurmBackend final : public Backend {
     return fmt::format("rsub:{}:{}", store_tag, id);
   }
 
-  BackendConfig c_;
-  BackendCall how_{fmt::format("slurm backend \"{}\"", c_.name), "Slurm", transient, c_.run_as_uid};
+  SlurmConfig c_;
+  std::optional<std::uint32_t> run_as_;
+  BackendCall how_{fmt::format("slurm backend \"{}\"", c_.name), "Slurm", transient, run_as_};
 };
 
 }  // namespace
@@ -359,7 +364,7 @@ std::vector<Store::RemoteState> parse_scontrol_jobs(std::string_view text, const
   return parse_sacct(lines, wanted);
 }
 
-std::string slurm_script(const JobSpec& spec, const RemoteDeps& deps, const BackendConfig& c,
+std::string slurm_script(const JobSpec& spec, const RemoteDeps& deps, const SlurmConfig& c,
                          const std::string& comment) {
   const std::string& log_dir = c.log_dir;
   const Resources& r = spec.resources;
@@ -448,8 +453,22 @@ std::string slurm_script(const JobSpec& spec, const RemoteDeps& deps, const Back
   return s;
 }
 
-std::unique_ptr<Backend> make_slurm_backend(const BackendConfig& config) {
-  return std::make_unique<SlurmBackend>(config);
+std::unique_ptr<RemoteBackend> SlurmConfig::remote(std::optional<std::uint32_t> run_as_uid) const {
+  return std::make_unique<SlurmBackend>(*this, run_as_uid);
+}
+
+BackendKind slurm_backend_kind() {
+  return {"slurm", {"accounts", "slurm_conf", "bin_dir", "partition", "qos"},
+          [](const Config& c, const std::string& key, const BackendCommon& common) -> std::shared_ptr<BackendConfig> {
+            auto b = std::make_shared<SlurmConfig>();
+            static_cast<BackendCommon&>(*b) = common;
+            b->tenant_map = c.get_string_map(key + ".accounts");
+            b->slurm_conf = c.get_string(key + ".slurm_conf").value_or("");
+            b->bin_dir = c.get_string(key + ".bin_dir").value_or("");
+            b->partition = c.get_string(key + ".partition").value_or("");
+            b->qos = c.get_string(key + ".qos").value_or("");
+            return b;
+          }};
 }
 
 }  // namespace rkit::rsub

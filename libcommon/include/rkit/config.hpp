@@ -13,6 +13,7 @@
 //   std::string policy = cfg.get_string("rtop.policy").value_or("pack");
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -31,6 +32,12 @@ struct Config {
   std::optional<std::string> get_string(std::string_view key) const;
   std::optional<double> get_number(std::string_view key) const;
   std::optional<bool> get_bool(std::string_view key) const;
+  // A duration string ("90s", "1h30m", rkit/units.hpp); Error(Config) naming file:line
+  // when it is not one.
+  std::optional<double> get_duration(std::string_view key) const;
+  // A table of strings ({desk-a = "acct-a"}); empty when absent, Error(Config) for a
+  // value that is not a string.
+  std::map<std::string, std::string> get_string_map(std::string_view key) const;
   // The table or array at a dotted path; nullptr when absent, Error(Config) when the
   // value there is of another type.
   const toml::table* get_table(std::string_view key) const;
