@@ -26,7 +26,8 @@ all: build
 deps:
 	@packaging/install-deps.sh $(DEPS_GROUPS)
 
-test demo: DEPS_GROUPS = build tests
+test: DEPS_GROUPS = build tests
+demo: DEPS_GROUPS = build demo
 bench: DEPS_GROUPS = build bench
 package: DEPS_GROUPS = build package
 gpu-check: DEPS_GROUPS = build tests
@@ -38,12 +39,17 @@ $(BUILD)/CMakeCache.txt:
 build: $(BUILD)/CMakeCache.txt
 	@set -o pipefail; cmake --build $(BUILD) -j $(JOBS) 2>&1 | { grep -v -E '^\[ *[0-9]+%\]|^-- ' || true; }
 
-# deps runs first, then the build (also under make -j).
+# deps runs first, then the build (also under make -j). The tests are configured in
+# whatever build directory there is (a demo's leaves them out).
 test: deps
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DRKIT_TESTS=ON $(CMAKE_FLAGS) >/dev/null
 	@$(MAKE) build
 	@tests/run.sh $(BUILD)
 
+# The demo needs the tools, not the test stack: a new build directory leaves the tests
+# out (make test adds them later).
 demo: deps
+	@[[ -f $(BUILD)/CMakeCache.txt ]] || cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DRKIT_TESTS=OFF $(CMAKE_FLAGS) >/dev/null
 	@$(MAKE) build
 	@examples/demo.sh $(BUILD)
 

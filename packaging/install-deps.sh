@@ -2,7 +2,7 @@
 # Installs the Debian 12 packages that rkit's build, tests, benchmarks and demo need.
 # Idempotent: when everything is present it prints nothing and exits 0.
 # Usage: packaging/install-deps.sh [--check] [GROUP...]
-#   GROUP: build tests bench package (the default: all four) or fuzz (clang, libFuzzer)
+#   GROUP: build tests bench package demo (the default: all five) or fuzz (clang, libFuzzer)
 #   --check: list what is missing, exit 1 if any
 set -euo pipefail
 
@@ -21,7 +21,7 @@ tests=(
   libgtest-dev googletest
   bats bats-assert bats-support bats-file
   jq hwloc zsh fish groff-base
-  python3 python3-numpy python3-xxhash python3-yaml python3-torch zstd sqlite3  # torch: rtrain's DDP client
+  python3 python3-numpy python3-xxhash python3-torch zstd sqlite3  # torch: rtrain's DDP client
   chromium
   slurmctld slurmd slurm-client munge slurmdbd mariadb-server  # tests/integration: a real Slurm with sacct
   prometheus  # tests/integration: a real Prometheus scrapes rtop serve
@@ -31,12 +31,13 @@ bench=(hyperfine bsdextrautils time zstd python3 python3-numpy fio likwid python
   slurmctld slurmd slurm-client munge  # bench/rsub.sh starts a single-node Slurm
   python3-pandas)  # bench/rcost.sh: the same report computed with pandas
 package=(dpkg-dev file)   # CPack's .deb generator runs dpkg-shlibdeps
+demo=(jq)                 # make demo: the tools, and jq for the records it shows
 fuzz=(clang libclang-rt-14-dev)
 
 check_only=0
 if [[ "${1:-}" == "--check" ]]; then check_only=1; shift; fi
 groups=("$@")
-[[ ${#groups[@]} -gt 0 ]] || groups=(build tests bench package)
+[[ ${#groups[@]} -gt 0 ]] || groups=(build tests bench package demo)
 wanted=()
 for group in "${groups[@]}"; do
   case "$group" in
@@ -44,8 +45,9 @@ for group in "${groups[@]}"; do
     tests) wanted+=("${tests[@]}") ;;
     bench) wanted+=("${bench[@]}") ;;
     package) wanted+=("${package[@]}") ;;
+    demo) wanted+=("${demo[@]}") ;;
     fuzz) wanted+=("${build[@]}" "${fuzz[@]}") ;;
-    *) echo "install-deps: error: unknown group '$group' (build, tests, bench, package, fuzz)" >&2; exit 64 ;;
+    *) echo "install-deps: error: unknown group '$group' (build, tests, bench, package, demo, fuzz)" >&2; exit 64 ;;
   esac
 done
 

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cerrno>
+#include <csignal>
 #include <iostream>
 
 #include "rkit/completion.hpp"
@@ -64,6 +65,10 @@ int Tool::finish_output(int code) {
 }
 
 int Tool::run(int argc, char** argv, const std::function<int()>& body) {
+  // A reader that goes away (rtop --json | head -1) makes a write fail with EPIPE, which
+  // is reported and exits 74, as any lost output does, in every tool alike: no tool dies
+  // of SIGPIPE. Children get the default back (rkit::spawn, the rsub supervisor).
+  std::signal(SIGPIPE, SIG_IGN);
   try {
     app_.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -65,7 +65,10 @@ std::map<std::string, std::string> Config::get_string_map(std::string_view key) 
   std::map<std::string, std::string> out;
   if (const auto* t = get_table(key))
     for (const auto& [k, v] : *t) {
-      if (!v.is_string()) throw Error(Exit::Config, fmt::format("{}: {}.{} must be a string", where(key), key, k.str()));
+      if (!v.is_string()) {
+        const std::string at = fmt::format("{}.{}", key, k.str());
+        throw Error(Exit::Config, fmt::format("{}: {} must be a string", where(at), at));
+      }
       out[std::string(k.str())] = *v.value<std::string>();
     }
   return out;

@@ -60,4 +60,8 @@ int report_error(std::string_view tool, const std::exception& e, std::ostream& e
   return static_cast<int>(Exit::Software);
 }
 
+void warn(std::string_view tool, std::string_view message, std::ostream& err) {
+  err << tool << ": warning: " << one_line(message) << '\n' << std::flush;
+}
+
 }  // namespace rkit

@@ -89,4 +89,59 @@ std::string to_json_line(const Json& record) {
   return record.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
+bool is_utf8(std::string_view s) {
+  std::size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    // The length a lead byte announces, and the range its first continuation must be in
+    // (which excludes overlong forms, surrogates and code points over U+10FFFF).
+    std::size_t n = 0;
+    unsigned char lo = 0x80, hi = 0xbf;
+    if (c < 0x80) n = 1;
+    else if (c >= 0xc2 && c <= 0xdf) n = 2;
+    else if (c >= 0xe0 && c <= 0xef) {
+      n = 3;
+      if (c == 0xe0) lo = 0xa0;
+      if (c == 0xed) hi = 0x9f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+      n = 4;
+      if (c == 0xf0) lo = 0x90;
+      if (c == 0xf4) hi = 0x8f;
+    } else
+      return false;
+    if (s.size() - i < n) return false;
+    for (std::size_t k = 1; k < n; ++k) {
+      const auto b = static_cast<unsigned char>(s[i + k]);
+      if (b < (k == 1 ? lo : 0x80) || b > (k == 1 ? hi : 0xbf)) return false;
+    }
+    i += n;
+  }
+  return true;
+}
+
+Json bytes_json(std::string_view bytes) {
+  if (is_utf8(bytes)) return Json(std::string(bytes));
+  std::string hex;
+  hex.reserve(bytes.size() * 2);
+  for (unsigned char c : bytes) fmt::format_to(std::back_inserter(hex), "{:02x}", c);
+  return Json{{"hex", hex}};
+}
+
+std::string bytes_of(const Json& value, std::string_view what) {
+  if (value.is_string()) return value.get<std::string>();
+  const auto it = value.is_object() && value.size() == 1 ? value.find("hex") : value.end();
+  if (it == value.end() || !it->is_string() || it->get_ref<const std::string&>().size() % 2 != 0)
+    throw Error(Exit::DataErr, fmt::format("{}: not a string, nor {{\"hex\": \"...\"}} bytes", what));
+  const std::string& hex = it->get_ref<const std::string&>();
+  std::string out;
+  out.reserve(hex.size() / 2);
+  auto digit = [&](char h) -> int {
+    if (h >= '0' && h <= '9') return h - '0';
+    if (h >= 'a' && h <= 'f') return h - 'a' + 10;
+    throw Error(Exit::DataErr, fmt::format("{}: \"hex\" holds a character that is not a lowercase hex digit", what));
+  };
+  for (std::size_t i = 0; i < hex.size(); i += 2) out.push_back(static_cast<char>(digit(hex[i]) * 16 + digit(hex[i + 1])));
+  return out;
+}
+
 }  // namespace rkit

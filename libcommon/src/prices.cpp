@@ -186,6 +186,8 @@ std::string ResourcePrices::derivation(const std::string& key) const {
 }
 
 const ResourcePrices& PriceSheet::at(const std::string& backend) const {
+  static const ResourcePrices kNone;
+  if (!priced) return kNone;
   const auto it = backends.find(backend);
   if (it == backends.end())
     throw Error(Exit::DataErr, fmt::format("price sheet {}: no prices for backend \"{}\"", source, backend),

@@ -44,7 +44,7 @@ std::string Printer::cell(const Json& v, const std::string& null_text) {
     }
     return out;
   }
-  return v.dump();
+  return v.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
 std::string Printer::csv_quote(const std::string& field) {

@@ -185,16 +185,16 @@ rtop.policy"
   assert_line --regexp '^#SBATCH --output=/shared/rsub/logs/'
   # What Kubernetes would get: the namespace, the tenant's queue, the default image.
   run -0 rsub --config "$SITE" submit "$RKIT_ROOT/examples/jobs/train.toml" -t desk-a -b cloud --dry-run
-  assert_line '  namespace: "research"'
-  assert_line '    kueue.x-k8s.io/queue-name: "desk-a-queue"'
-  assert_line --regexp '^ +image: "registry.example/ml:1"$'
+  jq -e '.kind == "List" and all(.items[]; .metadata.namespace == "research")' <<<"$output"
+  jq -e '.items[] | select(.kind == "Job") | .metadata.labels["kueue.x-k8s.io/queue-name"] == "desk-a-queue"' <<<"$output"
+  jq -e '.items[] | select(.kind == "Job") | .spec.template.spec.containers[0].image == "registry.example/ml:1"' <<<"$output"
   [[ ! -e $CALLS ]]
   # --backend auto, from another folder: the price sheet is found beside the file; Slurm
   # (a stub that fails) is not eligible, and 4 GPUs do not fit [local]'s 2.
   mkdir elsewhere && cd elsewhere
   run -0 --separate-stderr rsub --config "$SITE" --dry-run -b auto -t desk-a -g 4 -- true
   [[ ${stderr%%$'\n'*} =~ ^rsub:\ --backend\ auto\ chose\ cloud:.*costs\ [0-9.]+\ USD ]]
-  assert_output --partial 'kind: "Job"'
+  jq -e '.kind == "List" and .items[0].kind == "Job"' <<<"$output"
   run -0 rsub --config "$SITE" status
   assert_output --partial 'backend cloud: Kubernetes, kubectl context gke-prod, namespace research'
   # rcost: rcost.prices (relative to the file) and the budgets.

@@ -237,16 +237,35 @@ EOF
   fi
 }
 
-@test "exit codes: missing input 66, no price sheet 64, unknown backend 65, bad options 64, sacct without a column 65" {
+@test "no price sheet: the report shows hours and leaves money out, saying so once" {
+  in=$FIXTURES/rcost/synthetic.jsonl
+  run --separate-stderr rcost report --by tenant "$in"
+  assert_success
+  assert_one_line_stderr
+  [[ $stderr == "rcost: warning: no price sheet: hours only, money left out"* ]]
+  [[ ${lines[0]} == *CORE_H* && ${lines[0]} != *COST* && ${lines[0]} != *TOTAL* && ${lines[0]} != *SHARE* ]]
+  run -0 rcost -q report --json "$in"
+  # The hours are those of the priced report; every money figure is null.
+  rcost -q --prices "$PRICES" report --json "$in" | jq -s -c '[.[] | select(.schema == "rkit.cost.v1") | .core_hours * 1e3 | round] | sort' >priced
+  jq -s -c '[.[] | select(.schema == "rkit.cost.v1") | .core_hours * 1e3 | round] | sort' <<<"$output" >unpriced
+  assert_equal "$(cat unpriced)" "$(cat priced)"
+  jq -e -s 'all(.[]; .schema != "rkit.cost.v1" or (.cost == null and .total_cost == null and .currency == null))' <<<"$output"
+  jq -e -s '.[-1] | .priced == false and .total.cost == null and .total.core_hours > 0' <<<"$output"
+}
+
+@test "exit codes: missing input 66, no price sheet for FOCUS 64, unknown backend 65, bad options 64, sacct without a column 65" {
   in=$FIXTURES/rcost/synthetic.jsonl
   run --separate-stderr rcost --prices "$PRICES" report no-such.jsonl
   assert_failure 66
   assert_one_line_stderr
   [[ $stderr == *no-such.jsonl* ]]
-  run --separate-stderr rcost report "$in"
-  assert_failure 64
-  assert_one_line_stderr
-  [[ $stderr == *"price sheet"* ]]
+  # What needs money needs a price sheet.
+  for args in "--format focus" "--format html" "--fail-over-budget"; do
+    run --separate-stderr rcost report $args "$in"
+    assert_failure 64
+    assert_one_line_stderr
+    [[ $stderr == *"no price sheet for "* ]]
+  done
   printf 'currency = "USD"\n[backends.local]\ncpu_hour = 1\n[backends.cloud]\ncpu_hour = 1\n[backends.cloud-spot]\nmarket = "spot"\nspot_discount = 0.5\ncpu_hour = 1\n[backends.slurm]\ncpu_hour = 1\n' >no-onprem.toml
   run --separate-stderr rcost --prices no-onprem.toml report "$in"
   assert_failure 65

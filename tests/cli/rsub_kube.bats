@@ -1,6 +1,6 @@
 #!/usr/bin/env bats
 # rsub's Kubernetes backend. No API server can run on these machines: the manifests rsub
-# renders are parsed (python3-yaml) and checked field by field, and submit, ls, wait and
+# renders (a v1 List, in JSON) are parsed and checked field by field, and submit, ls, wait and
 # cancel talk to tests/fakes/fake_kubectl, a FAKE kubectl that records what it is given
 # and answers `get jobs` with what the test writes.
 bats_require_minimum_version 1.5.0
@@ -46,8 +46,17 @@ teardown() {
   stop_rsub
 }
 
-# The YAML documents on stdin as JSON, one per line.
-documents() { python3 -c 'import sys, yaml, json; [print(json.dumps(d)) for d in yaml.safe_load_all(sys.stdin)]'; }
+# The items of the v1 Lists on stdin (one, or several one after the other), one per line.
+documents() {
+  python3 -c '
+import json, sys
+text, at, decoder = sys.stdin.read(), 0, json.JSONDecoder()
+while text[at:].strip():
+    doc, at = decoder.raw_decode(text, at + len(text[at:]) - len(text[at:].lstrip()))
+    assert doc["apiVersion"] == "v1" and doc["kind"] == "List", doc
+    for item in doc["items"]:
+        print(json.dumps(item))'
+}
 
 # Sets what the fake's `get jobs` lists for Job $1 (of backend gke): spec $2, status $3.
 kube_job() {
@@ -93,7 +102,7 @@ kube_job() {
   # rsub-<the store's tag>-<job id>-<name>: unique across rsub stores sharing a namespace.
   [[ $name =~ ^rsub-[0-9a-f]{8}-1-train$ ]]
   grep -qx -- '--context gke-prod -n research create -f -' "$FAKE_KUBE_DIR/calls"
-  run -0 documents <"$FAKE_KUBE_DIR/applied.yaml"
+  run -0 documents <"$FAKE_KUBE_DIR/applied.json"
   [[ ${#lines[@]} == 2 ]]
   [[ $(jq -r .metadata.name <<<"${lines[1]}") == "$name" ]]
   kube_job "$name" '{"suspend": true}' '{}'  # not admitted by Kueue yet

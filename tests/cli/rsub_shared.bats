@@ -63,7 +63,7 @@ WRAPPER
   chmod 755 "$SHARED/bin" "$SHARED/bin/kubectl" "$SHARED/bin/fake_kubectl"
   for d in kube kube-other; do
     echo '{"items": []}' >"$SHARED/$d/jobs.json"
-    touch "$SHARED/$d/calls" "$SHARED/$d/applied.yaml"
+    touch "$SHARED/$d/calls" "$SHARED/$d/applied.json"
     chmod 666 "$SHARED/$d"/*
     chmod 777 "$SHARED/$d"
   done

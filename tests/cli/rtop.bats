@@ -263,10 +263,10 @@ SYN="pack:2 numa:2 core:8 pu:2"
   assert_one_line_stderr
   [[ "$stderr" == "rtop: error: write stdout: Broken pipe" ]]
   assert_equal "$(jq -r .schema <<<"$output")" rkit.sample.v1
-  # Otherwise it ends by SIGPIPE (141), as `yes | head` does, or with 74 when this
-  # test runner itself was started with SIGPIPE ignored; either way it stops.
-  run timeout 20 bash -c 'set -o pipefail; rtop sample --interval 50ms --json | head -n 1'
-  [[ $status -eq 141 || $status -eq 74 ]]
+  # And so without: rtop ignores SIGPIPE itself (rkit(7), EXIT STATUS).
+  run --separate-stderr timeout 20 bash -c 'set -o pipefail; rtop sample --interval 50ms --json | head -n 1'
+  assert_failure 74
+  [[ "$stderr" == "rtop: error: write stdout: Broken pipe" ]]
 }
 
 @test "the configuration is read by every command: missing --config 66, broken 78" {

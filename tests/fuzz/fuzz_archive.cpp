@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "archive.hpp"
-#include "frame_codec.hpp"
+#include "rkit/ckpt/archive.hpp"
+#include "rkit/ckpt/frame_codec.hpp"
 #include "fuzz.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

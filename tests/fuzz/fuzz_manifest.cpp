@@ -1,6 +1,6 @@
 // Fuzz target: the rckpt manifest (rkit.ckpt.v1) and index parsers (tools/rckpt/manifest.hpp).
 #include "fuzz.hpp"
-#include "manifest.hpp"
+#include "rkit/ckpt/manifest.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace rkit::rckpt;

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "gemm.hpp"
-#include "suite.hpp"  // mix64
+#include "rkit/rng.hpp"
 
 namespace {
 
@@ -30,7 +30,7 @@ struct Problem {
 };
 
 float random_value(std::uint64_t& seed) {
-  const std::uint64_t z = rkit::rbench::mix64(seed += 0x9e3779b97f4a7c15ULL);
+  const std::uint64_t z = rkit::mix64(seed += rkit::kGolden64);
   return static_cast<float>(static_cast<double>(z >> 11) * 0x1p-52 - 1.0);
 }
 

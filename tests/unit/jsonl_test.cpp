@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "rkit/error.hpp"
+#include "rkit/rng.hpp"
 #include "test_support.hpp"
 
 namespace rkit {
@@ -207,6 +208,46 @@ TEST(ParseJson, ErrorNamesTheSource) {
       EXPECT_FALSE(contains(e.what(), "[json.exception")) << e.what();
     }
   }
+}
+
+// Bytes that need not be UTF-8 go through JSON whole; is_utf8 agrees with the JSON
+// library on what it can write as a string.
+TEST(BytesJson, EveryByteStringComesBack) {
+  EXPECT_TRUE(is_utf8("plain ascii"));
+  EXPECT_TRUE(is_utf8("\xc3\xa9t\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"));  // été € 😀
+  for (const char* bad : {"\xff", "\xc0\xaf", "\xe0\x80\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\xc3", "\xe2\x82"})
+    EXPECT_FALSE(is_utf8(bad)) << Json(std::string(bad)).dump(-1, ' ', false, Json::error_handler_t::replace);
+  EXPECT_EQ(bytes_json("abc"), Json("abc"));
+  EXPECT_EQ(bytes_json("a\xff"), (Json{{"hex", "61ff"}}));
+  std::uint64_t seed = 7;
+  for (int i = 0; i < 5000; ++i) {
+    std::string s(mix64(++seed) % 12, '\0');
+    for (char& c : s) {  // mostly ASCII, some high bytes, so that both forms occur
+      const std::uint64_t r = mix64(++seed);
+      c = static_cast<char>(r % 4 == 0 ? 0x80 + (r >> 8) % 0x80 : (r >> 8) % 0x80);
+    }
+    bool library_takes_it = true;
+    try {
+      (void)Json(s).dump();
+    } catch (const Json::type_error&) {
+      library_takes_it = false;
+    }
+    ASSERT_EQ(is_utf8(s), library_takes_it) << bytes_json(s).dump();
+    const Json j = parse_json(bytes_json(s).dump(), "test");
+    ASSERT_EQ(bytes_of(j, "test"), s);
+  }
+}
+
+TEST(BytesJson, OtherValuesAreDataErrors) {
+  for (const char* text : {"1", "null", "{}", "{\"hex\": \"f\"}", "{\"hex\": \"FF\"}", "{\"hex\": \"zz\"}", "{\"hex\": 1}",
+                           "{\"hex\": \"ff\", \"x\": 1}"})
+    try {
+      bytes_of(parse_json(text, "test"), "arg");
+      ADD_FAILURE() << text;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Exit::DataErr) << text;
+      EXPECT_EQ(std::string(e.what()).rfind("arg: ", 0), 0u) << e.what();
+    }
 }
 
 }  // namespace

@@ -18,18 +18,16 @@
 #include <limits>
 #include <vector>
 
+#include "rkit/rng.hpp"
+
 namespace rkit::kernel_tests {
 
-// splitmix64's finaliser.
-inline std::uint64_t mix64(std::uint64_t x) {
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
+using rkit::mix64;  // the tests' random values: rkit/rng.hpp
+
 
 // The next value of the sequence `seed` names, in [-1, 1).
 inline double random_value(std::uint64_t& seed) {
-  return static_cast<double>(mix64(seed += 0x9e3779b97f4a7c15ULL) >> 11) * 0x1p-52 - 1.0;
+  return static_cast<double>(mix64(seed += kGolden64) >> 11) * 0x1p-52 - 1.0;
 }
 
 // n values in [-scale, scale).

@@ -8,12 +8,12 @@
 #include <random>
 #include <thread>
 
-#include "archive.hpp"
-#include "extract.hpp"
-#include "frame_codec.hpp"
-#include "manifest.hpp"
+#include "rkit/ckpt/archive.hpp"
+#include "rkit/ckpt/extract.hpp"
+#include "rkit/ckpt/frame_codec.hpp"
+#include "rkit/ckpt/manifest.hpp"
 #include "pack.hpp"
-#include "parallel.hpp"
+#include "rkit/ckpt/parallel.hpp"
 #include "rkit/safetensors.hpp"
 #include "test_support.hpp"
 

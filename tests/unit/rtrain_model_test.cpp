@@ -11,7 +11,7 @@
 #include "device.hpp"
 #include "model.hpp"
 #include "rkit/error.hpp"
-#include "rng.hpp"
+#include "rkit/rng.hpp"
 #include "run.hpp"
 #include "test_support.hpp"
 #include "train_config.hpp"

@@ -224,7 +224,7 @@ int main(int argc, char** argv) {
       Json rec = bench_record(s, m, opt, host);
       out.print(rec);
       if (file) file->write(to_json_line(rec) + "\n");
-      if (!m.correct) std::cerr << "rbench: warning: " << s.name() << " " << m.metric << " failed its check: " << m.check << '\n';
+      if (!m.correct) warn("rbench", fmt::format("{} {} failed its check: {}", s.name(), m.metric, m.check), std::cerr);
       all_correct &= m.correct;
     };
     // A suite that finds it cannot run after all (too little GPU memory) is skipped as one

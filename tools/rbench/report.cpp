@@ -12,6 +12,7 @@
 
 #include "rkit/printer.hpp"
 #include "rkit/svg.hpp"
+#include "rkit/time.hpp"
 #include "rkit/units.hpp"
 #include "record.hpp"
 #include "rkit/version.hpp"
@@ -570,14 +571,7 @@ td.params { font-family: ui-monospace, "DejaVu Sans Mono", monospace; font-size:
 td.params .kv { white-space: nowrap; }
 )";
 
-std::string utc_time(double unix_s) {
-  std::time_t t = static_cast<std::time_t>(unix_s);
-  std::tm tm{};
-  if (!gmtime_r(&t, &tm)) return "?";
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M UTC", &tm);
-  return buf;
-}
+std::string utc_time(double unix_s) { return format_utc(unix_s, "%Y-%m-%d %H:%M UTC"); }
 
 std::string base_name(const std::string& path) {
   if (path == "-") return "stdin";

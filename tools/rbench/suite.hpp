@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "rkit/jsonl.hpp"
+#include "rkit/rng.hpp"  // mix64, for the suites' test patterns
 
 namespace rkit::rbench {
 
@@ -113,12 +114,5 @@ struct Registrar {
 // wall-clock seconds (steady clock). Throws Error(TempFail) when interrupted (Ctrl-C).
 std::vector<double> time_repetitions(int warmup, int reps, const std::function<void()>& f);
 
-// splitmix64's finaliser: a fixed, well-mixed 64-bit value for x, for test data that is
-// the same on every platform.
-inline std::uint64_t mix64(std::uint64_t x) {
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
 
 }  // namespace rkit::rbench

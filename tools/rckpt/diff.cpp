@@ -7,7 +7,7 @@
 #include <cmath>
 #include <map>
 
-#include "archive.hpp"
+#include "rkit/ckpt/archive.hpp"
 #include "rkit/error.hpp"
 #include "rkit/interrupt.hpp"
 #include "rkit/safetensors.hpp"

@@ -13,7 +13,7 @@
 #include <map>
 #include <set>
 
-#include "archive.hpp"
+#include "rkit/ckpt/archive.hpp"
 #include "rkit/atomic_file.hpp"
 #include "rkit/error.hpp"
 #include "rkit/file.hpp"

@@ -7,9 +7,9 @@
 #include <iostream>
 #include <map>
 
-#include "archive.hpp"
+#include "rkit/ckpt/archive.hpp"
 #include "diff.hpp"
-#include "extract.hpp"
+#include "rkit/ckpt/extract.hpp"
 #include "gc.hpp"
 #include "pack.hpp"
 #include "render.hpp"
@@ -114,7 +114,7 @@ int main(int argc, char** argv) {
       pack.threads = threads;
       pack.progress = progress;
       // Shown even with -q: each warning says what the archive leaves out.
-      pack.warn = [](const std::string& w) { std::cerr << "rckpt: warning: " << w << '\n'; };
+      pack.warn = [](const std::string& w) { warn("rckpt", w, std::cerr); };
       PackResult r = pack_checkpoint(pack);
       if (!opts.quiet || format != Format::Table)
         print_one(format, r.to_json(), pack_columns(), pack_line(r), pack.output == "-" ? std::cerr : std::cout);

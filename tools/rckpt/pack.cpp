@@ -20,9 +20,9 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "archive.hpp"
-#include "frame_codec.hpp"
-#include "parallel.hpp"
+#include "rkit/ckpt/archive.hpp"
+#include "rkit/ckpt/frame_codec.hpp"
+#include "rkit/ckpt/parallel.hpp"
 #include "rkit/atomic_file.hpp"
 #include "rkit/cpus.hpp"
 #include "rkit/error.hpp"
@@ -288,13 +288,6 @@ Error changed(const std::string& path) {
 }
 
 }  // namespace
-
-unsigned decode_threads(unsigned requested, std::uint64_t max_frame_bytes) {
-  unsigned threads = requested ? requested : usable_cpus();
-  // Each worker: compressed, shuffled and raw copies of a frame; each result in flight: one more.
-  std::uint64_t per_worker = 4 * ZSTD_compressBound(std::max<std::uint64_t>(max_frame_bytes, 1));
-  return static_cast<unsigned>(std::clamp<std::uint64_t>(kMemoryBudget / per_worker, 1, threads));
-}
 
 unsigned pack_threads(unsigned requested, std::uint64_t frame_bytes, int level) {
   unsigned threads = requested ? requested : usable_cpus();

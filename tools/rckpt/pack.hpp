@@ -21,7 +21,8 @@
 #include <string>
 #include <vector>
 
-#include "manifest.hpp"
+#include "rkit/ckpt/extract.hpp"  // kMemoryBudget
+#include "rkit/ckpt/manifest.hpp"
 #include "rkit/jsonl.hpp"
 
 namespace rkit::rckpt {
@@ -68,10 +69,7 @@ std::vector<FramePlan> plan_frames(std::uint64_t file_bytes, const std::vector<T
 
 // Worker threads: `requested` (0 = every CPU the process may use, rkit::usable_cpus()), cut so that the frames in
 // flight stay within the memory budget for this frame size and level.
+// The budget is extract.hpp's kMemoryBudget.
 unsigned pack_threads(unsigned requested, std::uint64_t frame_bytes, int level);
-// Worker threads for decoding frames of at most `max_frame_bytes`, within the same budget.
-unsigned decode_threads(unsigned requested, std::uint64_t max_frame_bytes);
-// Frames in flight (raw, shuffled and compressed copies) stay under this.
-inline constexpr std::uint64_t kMemoryBudget = std::uint64_t{384} << 20;
 
 }  // namespace rkit::rckpt

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "extract.hpp"
-#include "manifest.hpp"
+#include "rkit/ckpt/extract.hpp"
+#include "rkit/ckpt/manifest.hpp"
 #include "pack.hpp"
 #include "rkit/printer.hpp"
 

@@ -61,7 +61,7 @@ std::string si(double v) {
   return fmt::format("{:g}", v);
 }
 
-std::string hours(double v) { return fmt::format("{:.1f}", v); }
+std::string hours(double v) { return figure(v, 1); }
 std::string percent(double fraction) { return fmt::format("{:.1f}%", 100 * fraction); }
 
 std::string tenant_name(const std::string& t) { return t.empty() ? "(no tenant)" : t; }

@@ -24,12 +24,18 @@ double unix_now() {
 }
 
 // --prices, else rcost.prices, else rsub.auto.prices (the sheet rsub's placement reads).
-PriceSheet prices_from(const std::string& flag, Tool& tool) {
+constexpr const char* kNoSheet = "give --prices FILE or set rcost.prices in the configuration (examples/prices.toml)";
+
+// The price sheet of --prices or the configuration. Without one: Error(Usage) when
+// `needed` names what needs it, else a sheet that is not priced.
+PriceSheet prices_from(const std::string& flag, Tool& tool, const char* needed = "") {
   std::string path = flag;
   if (path.empty()) path = configured_price_sheet(tool.config()).value_or("");
-  if (path.empty())
-    usage_error("no price sheet: give --prices FILE or set rcost.prices in the configuration (examples/prices.toml)");
-  return load_prices(path);
+  if (!path.empty()) return load_prices(path);
+  if (*needed) usage_error(fmt::format("no price sheet{}: {}", needed, kNoSheet));
+  PriceSheet none;
+  none.priced = false;
+  return none;
 }
 
 std::map<std::string, double> budgets_from(const Config& c) {
@@ -46,16 +52,8 @@ std::map<std::string, double> budgets_from(const Config& c) {
   return out;
 }
 
-std::map<std::string, std::string> users_from(const Config& c) {
-  std::map<std::string, std::string> out;
-  if (const auto* users = c.get_table("rsub.users"))
-    for (const auto& [user, tenant] : *users) {
-      const std::string key = "rsub.users." + std::string(user.str());
-      if (!tenant.is_string()) throw Error(Exit::Config, fmt::format("{}: {} must be a tenant name", c.where(key), key));
-      out[std::string(user.str())] = *tenant.value<std::string>();
-    }
-  return out;
-}
+// rsub.users: user → tenant, as rsub charges them.
+std::map<std::string, std::string> users_from(const Config& c) { return c.get_string_map("rsub.users"); }
 
 // No file arguments: standard input, unless it is a terminal.
 std::vector<std::string> inputs_or_stdin(std::vector<std::string> files) {
@@ -70,10 +68,11 @@ void report_bad(const Dataset& data, bool quiet) {
   if (data.bad_count == 0 || quiet) return;
   constexpr std::size_t kShown = 10;
   for (std::size_t i = 0; i < std::min(kShown, data.bad.size()); ++i)
-    std::cerr << fmt::format("rcost: warning: {}: {}\n", data.bad[i].where, data.bad[i].why);
-  std::cerr << fmt::format("rcost: warning: {} bad record{} skipped{} (--strict makes them fatal)\n", data.bad_count,
+    warn("rcost", fmt::format("{}: {}", data.bad[i].where, data.bad[i].why), std::cerr);
+  warn("rcost", fmt::format("{} bad record{} skipped{} (--strict makes them fatal)", data.bad_count,
                            data.bad_count == 1 ? "" : "s",
-                           data.bad_count > kShown ? fmt::format(", the first {} shown", kShown) : "");
+                           data.bad_count > kShown ? fmt::format(", the first {} shown", kShown) : ""),
+       std::cerr);
 }
 
 }  // namespace
@@ -127,6 +126,8 @@ int main(int argc, char** argv) {
   return tool.run(argc, argv, [&]() -> int {
     const CommonOptions& common = tool.options();
     if (*report_cmd) {
+      if (const char* flag = common.json ? "json" : common.csv ? "csv" : nullptr; flag && !format.empty() && format != flag)
+        usage_error(fmt::format("--{} and --format {} exclude each other", flag, format));
       const double now = unix_now();
       ReportOptions ro;
       ro.keys = parse_keys(by);
@@ -139,7 +140,15 @@ int main(int argc, char** argv) {
       if (fail_over_budget && (format == "focus" || format == "html"))
         usage_error("--fail-over-budget works with the table, json and csv formats");
       ro.threads = threads ? threads : std::max(1u, usable_cpus());
-      const PriceSheet sheet = prices_from(prices_path, tool);
+      const char* needs_money = format == "focus"  ? " for --format focus (FOCUS rows are billed costs)"
+                                : format == "html" ? " for --format html"
+                                : fail_over_budget ? " for --fail-over-budget"
+                                                   : "";
+      const PriceSheet sheet = prices_from(prices_path, tool, needs_money);
+      if (!sheet.priced) {
+        ro.budgets.clear();  // budgets are money
+        if (!common.quiet) warn("rcost", fmt::format("no price sheet: hours only, money left out ({})", kNoSheet), std::cerr);
+      }
       ro.prices = &sheet;
       ReadOptions rd;
       rd.threads = ro.threads;
@@ -184,10 +193,10 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (*perf_cmd) {
-      const PriceSheet sheet = prices_from(prices_path, tool);
+      const PriceSheet sheet = prices_from(prices_path, tool, " for perf (it prices the work)");
       return run_perf(inputs_or_stdin(perf_files), sheet, perf_backend, common.format(), std::cout);
     }
-    const PriceSheet sheet = prices_from(prices_path, tool);
+    const PriceSheet sheet = prices_from(prices_path, tool, " to show");
     Printer out(std::cout, common.format(),
                 {{"BACKEND", "backend"},
                  {"RESOURCE", "resource"},

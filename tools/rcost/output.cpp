@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 
 #include "rkit/printer.hpp"
 #include "rkit/units.hpp"
@@ -19,12 +20,15 @@ std::string share_name(ShareIdle s) {
   return s == ShareIdle::Weighted ? "weighted" : s == ShareIdle::Even ? "even" : "none";
 }
 
-Json capacity_json(const Capacity& c) {
+// Money is unknown (null) without a price sheet.
+Json money_json(const Report& r, double v) { return r.priced ? Json(v) : Json(nullptr); }
+
+Json capacity_json(const Report& r, const Capacity& c) {
   return Json{{"capacity_hours", c.capacity},
               {"used_hours", c.used},
               {"allocated_idle_hours", c.allocated_idle},
               {"unallocated_hours", c.unallocated},
-              {"unallocated_cost", c.unallocated_cost}};
+              {"unallocated_cost", money_json(r, c.unallocated_cost)}};
 }
 
 // Fields of a row or the total, after the keys.
@@ -35,8 +39,8 @@ void add_figures(Json& j, const Report& r, const Row& row) {
   j["gpu_hours"] = row.gpu_hours;
   j["core_hours"] = row.core_hours;
   j["memory_gib_hours"] = row.memory_gib_hours;
-  j["cost"] = row.cost;
-  j["list_cost"] = row.list_cost;
+  j["cost"] = money_json(r, row.cost);
+  j["list_cost"] = money_json(r, row.list_cost);
   // Without samples, what was used and what sat idle is unknown: null, not 0.
   const bool sampled = r.samples > 0;
   auto known_if = [](bool k, double v) { return k ? Json(v) : Json(nullptr); };
@@ -46,20 +50,20 @@ void add_figures(Json& j, const Report& r, const Row& row) {
   j["core_sampled_hours"] = row.core_sampled_hours;
   j["core_used_hours"] = known_if(row.core_sampled_hours > 0, row.core_used_hours);
   j["core_idle_hours"] = known_if(row.core_sampled_hours > 0, row.core_idle_hours());
-  j["waste_cost"] = known_if(row.gpu_sampled_hours > 0 || row.core_sampled_hours > 0, row.waste_cost);
-  j["idle_cost"] = known_if(sampled, row.idle_cost);
-  j["total_cost"] = row.total_cost();
-  j["share"] = row.share;
+  j["waste_cost"] = known_if(r.priced && (row.gpu_sampled_hours > 0 || row.core_sampled_hours > 0), row.waste_cost);
+  j["idle_cost"] = known_if(r.priced && sampled, row.idle_cost);
+  j["total_cost"] = money_json(r, row.total_cost());
+  j["share"] = money_json(r, row.share);
   j["waits"] = row.wait_count;
   j["wait_p50_s"] = opt(row.wait_p50);
   j["wait_p90_s"] = opt(row.wait_p90);
   j["wait_p99_s"] = opt(row.wait_p99);
   j["budget"] = opt(row.budget);
   j["over_budget"] = row.budget ? Json(row.total_cost() > *row.budget) : Json(nullptr);
-  j["currency"] = r.currency;
+  j["currency"] = r.priced ? Json(r.currency) : Json(nullptr);
 }
 
-std::string hours(const Json& v) { return v.is_number() ? fmt::format("{:.1f}", v.get<double>()) : "-"; }
+std::string hours(const Json& v) { return v.is_number() ? figure(v.get<double>(), 1) : "-"; }
 std::string cash(const Json& v) { return v.is_number() ? money(v.get<double>()) : "-"; }
 std::string percent(const Json& v) { return v.is_number() ? fmt::format("{:.1f}%", 100 * v.get<double>()) : "-"; }
 std::string wait(const Json& v) { return v.is_number() ? format_duration(std::round(v.get<double>())) : "-"; }
@@ -90,7 +94,9 @@ std::vector<Column> columns(const Report& r) {
       {"WAIT_P50", "wait_p50_s", wait},
       {"WAIT_P90", "wait_p90_s", wait},
   };
-  cols.insert(cols.end(), figures.begin(), figures.end());
+  static const std::set<std::string> kMoney{"cost", "waste_cost", "idle_cost", "total_cost", "share"};
+  for (const Column& c : figures)  // no price sheet: no money columns
+    if (r.priced || !kMoney.count(c.key)) cols.push_back(c);
   const bool budgets = std::any_of(r.rows.begin(), r.rows.end(), [](const Row& row) { return row.budget.has_value(); });
   if (budgets) {
     cols.push_back({"BUDGET", "budget", cash});
@@ -99,17 +105,24 @@ std::vector<Column> columns(const Report& r) {
   return cols;
 }
 
-void capacity_line(std::ostream& out, const char* what, const char* unit, const Capacity& c, const std::string& currency) {
+void capacity_line(std::ostream& out, const char* what, const char* unit, const Capacity& c, const Report& r) {
   if (c.capacity <= 0) return;
   auto pct = [&](double v) { return 100 * v / c.capacity; };
-  out << fmt::format("{} capacity {:.1f} {}: used {:.1f}%, allocated idle {:.1f}%, unallocated {:.1f}% ({} {})\n", what,
-                     c.capacity, unit, pct(c.used), pct(c.allocated_idle), pct(c.unallocated), money(c.unallocated_cost),
-                     currency);
+  out << fmt::format("{} capacity {} {}: used {:.1f}%, allocated idle {:.1f}%, unallocated {:.1f}%{}\n", what,
+                     figure(c.capacity, 1), unit, pct(c.used), pct(c.allocated_idle), pct(c.unallocated),
+                     r.priced ? fmt::format(" ({} {})", money(c.unallocated_cost), r.currency) : "");
 }
 
 }  // namespace
 
+std::string figure(double v, int decimals) {
+  const double a = std::fabs(v);
+  if (a > 0 && a < 1) decimals = std::max(decimals, std::min(9, 1 - static_cast<int>(std::floor(std::log10(a)))));
+  return fmt::format("{:.{}f}", v, decimals);
+}
+
 std::string money(double v) {
+  if (v != 0 && std::fabs(v) < 0.1) return figure(v, 2);  // 0.0034, not 0.00
   const double cents = std::round(std::fabs(v) * 100);
   std::string whole = fmt::format("{:.0f}", std::floor(cents / 100));
   for (int i = static_cast<int>(whole.size()) - 3; i > 0; i -= 3) whole.insert(static_cast<std::size_t>(i), ",");
@@ -131,20 +144,21 @@ Json summary_json(const Report& r, const ReadStats& stats, ShareIdle share) {
          {"since", format_iso(r.since)},
          {"until", format_iso(r.until)},
          {"keys", r.key_names},
-         {"currency", r.currency},
+         {"currency", r.priced ? Json(r.currency) : Json(nullptr)},
+         {"priced", r.priced},
          {"share_idle", share_name(share)}};
   Json total = Json::object();
   add_figures(total, r, r.total);
   j["total"] = total;
-  j["capacity"] = {{"gpu", capacity_json(r.gpu)}, {"cpu", capacity_json(r.cpu)}};
-  Json mem = capacity_json(r.memory);
+  j["capacity"] = {{"gpu", capacity_json(r, r.gpu)}, {"cpu", capacity_json(r, r.cpu)}};
+  Json mem = capacity_json(r, r.memory);
   mem.erase("used_hours");
   mem.erase("allocated_idle_hours");
   j["capacity"]["memory_gib"] = mem;
   Json periods = Json::array();
   for (const PeriodCapacity& p : r.periods)
     periods.push_back({{"period", p.label}, {"start_unix_s", p.start}, {"end_unix_s", p.end},
-                       {"gpu", capacity_json(p.gpu)}, {"cpu", capacity_json(p.cpu)}});
+                       {"gpu", capacity_json(r, p.gpu)}, {"cpu", capacity_json(r, p.cpu)}});
   j["capacity_by_period"] = periods;
   Json budgets = Json::array();
   for (const TenantBudget& b : r.budgets)
@@ -176,8 +190,8 @@ void write_report(std::ostream& out, OutputFormat format, const Report& r, const
   out << '\n';
   if (r.samples) {
     out << fmt::format("from {} samples (unallocated capacity shared: {}):\n", r.samples, share_name(share));
-    capacity_line(out, "  GPU", "GPU-hours", r.gpu, r.currency);
-    capacity_line(out, "  CPU", "core-hours", r.cpu, r.currency);
+    capacity_line(out, "  GPU", "GPU-hours", r.gpu, r);
+    capacity_line(out, "  CPU", "core-hours", r.cpu, r);
   }
   for (const TenantBudget& b : r.budgets)
     out << fmt::format("budget {}: {} of {} {} ({:.0f}%){}\n", b.tenant, money(b.cost), money(b.budget), r.currency,

@@ -33,7 +33,11 @@ void write_focus(std::ostream& out, const Dataset& data, const ReportOptions& op
 // sampled capacity, waste by tenant (html.cpp).
 void write_html(std::ostream& out, const Dataset& data, const ReportOptions& opt, const ReadStats& stats);
 
-// Money with two decimals and thousands separators: 12,345.68.
+// Money with two decimals and thousands separators: 12,345.68; under 0.1, two
+// significant digits (0.0034).
 std::string money(double v);
+// A figure with `decimals` decimals, or more under 1 so that two significant digits
+// show (hours: 0.034, not 0.0).
+std::string figure(double v, int decimals);
 
 }  // namespace rkit::rcost

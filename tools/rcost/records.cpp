@@ -6,11 +6,11 @@
 #include <cctype>
 #include <charconv>
 #include <ctime>
-#include <mutex>
 #include <thread>
 
 #include "records_impl.hpp"
 #include "rkit/cpus.hpp"
+#include "rkit/time.hpp"
 
 namespace rkit::rcost {
 
@@ -125,25 +125,7 @@ bool detail::parse_number(std::string_view s, double& out) {
   return ec == std::errc() && p == end;
 }
 
-double parse_sacct_time(std::string_view s) {
-  if (s.size() != 19 || s[4] != '-' || s[7] != '-' || s[10] != 'T' || s[13] != ':' || s[16] != ':') return kNone;
-  auto num = [&](std::size_t at, std::size_t len, int& out) {
-    auto [p, ec] = std::from_chars(s.data() + at, s.data() + at + len, out);
-    return ec == std::errc() && p == s.data() + at + len;
-  };
-  std::tm tm{};
-  if (!num(0, 4, tm.tm_year) || !num(5, 2, tm.tm_mon) || !num(8, 2, tm.tm_mday) || !num(11, 2, tm.tm_hour) ||
-      !num(14, 2, tm.tm_min) || !num(17, 2, tm.tm_sec))
-    return kNone;
-  tm.tm_year -= 1900;
-  tm.tm_mon -= 1;
-  tm.tm_isdst = -1;
-  // mktime() keeps its time zone state in statics; chunks are parsed by several threads.
-  static std::mutex lock;
-  const std::lock_guard<std::mutex> hold(lock);
-  const std::time_t t = std::mktime(&tm);
-  return t == static_cast<std::time_t>(-1) ? kNone : static_cast<double>(t);
-}
+double parse_sacct_time(std::string_view s) { return parse_local_time(s).value_or(kNone); }
 
 bool parse_tres(std::string_view s, Tres& out) {
   out = Tres{};

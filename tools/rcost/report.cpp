@@ -12,6 +12,7 @@
 
 #include "rkit/cli.hpp"
 #include "rkit/error.hpp"
+#include "rkit/time.hpp"
 #include "rkit/units.hpp"
 
 namespace rkit::rcost {
@@ -25,31 +26,14 @@ constexpr std::pair<Key, const char*> kKeyNames[] = {
     {Key::Backend, "backend"},     {Key::Node, "node"},   {Key::Partition, "partition"}, {Key::State, "state"},
     {Key::Job, "job"},             {Key::Day, "day"},     {Key::Month, "month"}};
 
-std::tm utc(double unix_s) {
-  const auto t = static_cast<std::time_t>(std::floor(unix_s));
-  std::tm tm{};
-  ::gmtime_r(&t, &tm);
-  return tm;
-}
-
 // Month i = year × 12 + month from 0.
 std::int64_t month_index(double t) {
-  const std::tm tm = utc(t);
+  const std::tm tm = utc_tm(t);
   return (tm.tm_year + 1900) * 12LL + tm.tm_mon;
 }
 
-// The first second of month i, UTC. Arithmetic rather than timegm(), which keeps a
-// static and is called from several threads here.
-double month_start(std::int64_t i) {
-  std::int64_t y = i / 12;
-  const std::int64_t m = i % 12 + 1;
-  y -= m <= 2;  // days from 1970-01-01 to y-m-01 (Howard Hinnant's days_from_civil)
-  const std::int64_t era = (y >= 0 ? y : y - 399) / 400;
-  const std::int64_t yoe = y - era * 400;
-  const std::int64_t doy = (153 * (m > 2 ? m - 3 : m + 9) + 2) / 5;
-  const std::int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-  return static_cast<double>(era * 146097 + doe - 719468) * kDay;
-}
+// The first second of month i, UTC (arithmetic: called from several threads here).
+double month_start(std::int64_t i) { return utc_seconds(static_cast<long>(i / 12), static_cast<int>(i % 12) + 1, 1); }
 
 }  // namespace
 
@@ -86,15 +70,15 @@ std::pair<double, double> month_of(double t) {
 }
 
 std::string format_day(double unix_s) {
-  const std::tm tm = utc(unix_s);
+  const std::tm tm = utc_tm(unix_s);
   return fmt::format("{:04}-{:02}-{:02}", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday);
 }
 std::string format_month(double unix_s) {
-  const std::tm tm = utc(unix_s);
+  const std::tm tm = utc_tm(unix_s);
   return fmt::format("{:04}-{:02}", tm.tm_year + 1900, tm.tm_mon + 1);
 }
 std::string format_iso(double unix_s) {
-  const std::tm tm = utc(unix_s);
+  const std::tm tm = utc_tm(unix_s);
   return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
                      tm.tm_min, tm.tm_sec);
 }
@@ -129,11 +113,7 @@ double parse_time_arg(const std::string& text, double now, const std::string& op
     const bool in_range = tm.tm_mon >= 1 && tm.tm_mon <= 12 && tm.tm_mday >= 1 && tm.tm_mday <= 31 &&
                           tm.tm_hour >= 0 && tm.tm_hour < 24 && tm.tm_min >= 0 && tm.tm_min < 60 && tm.tm_sec >= 0 &&
                           tm.tm_sec <= 60;
-    if (ok && in_range) {
-      tm.tm_year -= 1900;
-      tm.tm_mon -= 1;
-      return static_cast<double>(::timegm(&tm));
-    }
+    if (ok && in_range) return utc_seconds(tm.tm_year, tm.tm_mon, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
   } else {
     try {
       return now - parse_duration(text);
@@ -305,6 +285,7 @@ class Builder {
   Report build() {
     Report r;
     r.currency = opt_.prices->currency;
+    r.priced = opt_.prices->priced;
     r.since = periods_.window_start;
     r.until = periods_.window_end;
     r.jobs_read = data_.jobs.size();
@@ -619,6 +600,9 @@ class Builder {
       if (buckets[a] != buckets[b]) return buckets[a] < buckets[b];
       if (x.idle_row != y.idle_row) return y.idle_row;
       if (x.total_cost() != y.total_cost()) return x.total_cost() > y.total_cost();
+      // Unpriced, or the same cost: the most held first.
+      if (x.gpu_hours != y.gpu_hours) return x.gpu_hours > y.gpu_hours;
+      if (x.core_hours != y.core_hours) return x.core_hours > y.core_hours;
       return x.keys < y.keys;
     });
     std::vector<Row> sorted;

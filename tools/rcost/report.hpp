@@ -106,6 +106,7 @@ struct Report {
   Capacity gpu, cpu, memory;
   std::vector<PeriodCapacity> periods;  // periods with samples, in order
   std::string currency;
+  bool priced = true;           // false: no price sheet; the money figures are unknown
   double since = 0, until = 0;  // the window
   std::uint64_t jobs_read = 0, jobs_run = 0;  // jobs in the input; those with usage in the window
   std::uint64_t samples = 0;

@@ -170,19 +170,33 @@ int list(Context& ctx, JobFilter filter, bool cached) {
 int show(Context& ctx, const std::vector<std::string>& ids) {
   Store& store = ctx.store();
   refresh_all(ctx);
+  std::optional<Printer> csv;  // a row per job, a column per key of its record
   for (const JobRecord& j : resolve_all(store, ids)) {
     Json rec = j.to_json();
     // The environment the job was given is its owner's (and the admins') to read.
     const bool mine = j.uid == ctx.me.uid || is_admin(ctx);
-    rec["env"] = mine ? Json(j.spec.env) : Json(nullptr);
-    if (ctx.format != Format::Table) {
+    rec["env"] = mine ? Json::object() : Json(nullptr);
+    if (mine)
+      for (const auto& [k, v] : j.spec.env) rec["env"][k] = bytes_json(v);
+    if (ctx.format == Format::Json) {
       *ctx.out << to_json_line(rec) << '\n';
+      continue;
+    }
+    if (ctx.format == Format::Csv) {
+      if (!csv) {
+        std::vector<Column> columns;
+        for (const auto& [key, _] : rec.items())
+          if (key != "schema") columns.push_back({key, key});
+        csv.emplace(*ctx.out, Format::Csv, std::move(columns));
+      }
+      csv->print(rec);
       continue;
     }
     for (const auto& [key, value] : rec.items())
       if (key != "schema") *ctx.out << fmt::format("{:>22}: {}\n", key, Printer::cell(value, "-"));
     *ctx.out << '\n';
   }
+  if (csv) csv->finish();
   return 0;
 }
 
@@ -379,8 +393,17 @@ int why(Context& ctx, const std::string& id) {
     open_backend(ctx, job.backend)->explain(ctx, job, rec, lines);
   else  // its backend is no longer configured: what the store last read
     lines.push_back(job.state == JobState::Running ? "it is running on " + job.host : "it has ended");
-  if (ctx.format != Format::Table) {
+  if (ctx.format == Format::Json) {
     *ctx.out << to_json_line(rec) << '\n';
+    return 0;
+  }
+  if (ctx.format == Format::Csv) {
+    Printer out(*ctx.out, Format::Csv,
+                {{"id", "id"}, {"state", "state"}, {"reason", "reason"}, {"detail", "detail"},
+                 {"priority", "/priority/score"}, {"position", "position"}, {"pending", "pending"},
+                 {"expected_start_unix_s", "expected_start_unix_s"}, {"waits_for", "waits_for"}});
+    out.print(rec);
+    out.finish();
     return 0;
   }
   *ctx.out << fmt::format("job {}: {}{}\n", job.display_id(), rec["state"].get<std::string>(),
@@ -480,7 +503,9 @@ constexpr std::size_t kMaxSubmitBytes = 256u << 20;    // all rows one submit st
 }  // namespace
 
 Json submit_request(const JobSpec& spec, bool dry_run, const std::vector<std::string>& environment) {
-  return Json{{"cmd", "submit"}, {"spec", spec.to_json()}, {"dry_run", dry_run}, {"environ", environment}};
+  Json environ = Json::array();
+  for (const std::string& kv : environment) environ.push_back(bytes_json(kv));
+  return Json{{"cmd", "submit"}, {"spec", spec.to_json()}, {"dry_run", dry_run}, {"environ", environ}};
 }
 
 int handle_request(Context& ctx, const Json& request) {
@@ -491,12 +516,16 @@ int handle_request(Context& ctx, const Json& request) {
   if (f == std::end(kFormats)) throw Error(Exit::DataErr, "request: format " + format + ": not table, json or csv");
   ctx.format = static_cast<Format>(f - std::begin(kFormats));
   ctx.quiet = r.get<bool>("quiet", false);
-  ctx.client_cwd = r.get<std::string>("cwd", "");
+  if (const auto cwd = request.find("cwd"); cwd != request.end() && !cwd->is_null()) ctx.client_cwd = bytes_of(*cwd, "request: cwd");
   const std::string cmd = r.get<std::string>("cmd", "");
   if (cmd == "submit") {
     const auto spec_it = request.find("spec");
     if (spec_it == request.end()) throw Error(Exit::DataErr, "request: submit without a spec");
-    auto environment = r.get<std::vector<std::string>>("environ", {});
+    std::vector<std::string> environment;
+    if (const auto e = request.find("environ"); e != request.end() && !e->is_null()) {
+      if (!e->is_array()) throw Error(Exit::DataErr, "request: environ has the wrong type");
+      for (const Json& kv : *e) environment.push_back(bytes_of(kv, "request: environ"));
+    }
     std::erase_if(environment, [](const std::string& kv) { return kv.find('=') == std::string::npos; });
     // What one submit may store: each array element is a row holding the spec (twice:
     // spec and record) and the environment.

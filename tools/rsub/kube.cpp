@@ -35,83 +35,6 @@ std::string label_value(std::string_view text) {
   return first < last ? std::string(first, last) : std::string();
 }
 
-// A string as a double-quoted scalar. JSON's escapes are YAML's too; YAML also needs DEL,
-// the C1 controls and U+FEFF, U+FFFE, U+FFFF escaped (it refuses them raw), and U+0085,
-// U+2028 and U+2029 (YAML 1.1 reads them as line breaks: a raw NEL comes back a space).
-std::string quote(const std::string& text) {
-  // Replacing invalid UTF-8 with U+FFFD, as to_json_line does, leaves the decoding below
-  // well-formed input.
-  const std::string json = Json(text).dump(-1, ' ', false, Json::error_handler_t::replace);
-  std::string out;
-  for (std::size_t i = 0; i < json.size();) {
-    const auto lead = static_cast<unsigned char>(json[i]);
-    const std::size_t len = lead < 0x80 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : 4;
-    std::uint32_t cp = len == 1 ? lead : lead & (0x3Fu >> (len - 1));
-    for (std::size_t k = 1; k < len; ++k) cp = cp << 6 | (static_cast<unsigned char>(json[i + k]) & 0x3Fu);
-    if (cp == 0x7F || (cp >= 0x80 && cp <= 0x9F) || cp == 0x2028 || cp == 0x2029 || cp == 0xFEFF || cp == 0xFFFE ||
-        cp == 0xFFFF)
-      out += fmt::format("\\u{:04x}", cp);
-    else
-      out.append(json, i, len);
-    i += len;
-  }
-  return out;
-}
-
-bool is_plain_key_char(char c) { return is_alnum(c) || c == '_' || c == '.' || c == '/' || c == '-'; }
-
-std::string yaml_key(const std::string& key) {
-  // Words YAML 1.1 reads as bools or null even as keys: kubectl's reader takes "on:" for true.
-  static const std::set<std::string, std::less<>> kWords = {"y", "n", "yes", "no", "on", "off"};
-  std::string folded(key);
-  std::transform(folded.begin(), folded.end(), folded.begin(), lower);
-  const bool plain = !key.empty() && !(key[0] >= '0' && key[0] <= '9') && key[0] != '-' && key[0] != '.' &&
-                     std::all_of(key.begin(), key.end(), is_plain_key_char) && !kWords.contains(folded) &&
-                     folded != "true" && folded != "false" && folded != "null";
-  return plain ? key : quote(key);
-}
-
-// A value written on its key's or its dash's line: a scalar or an empty container.
-std::string inline_value(const Json& v) {
-  if (v.is_object()) return "{}";
-  if (v.is_array()) return "[]";
-  if (v.is_string()) return quote(v.get_ref<const std::string&>());
-  std::string text = v.dump();  // numbers, bools, null (NaN and infinities dump as null)
-  // YAML 1.1 reads "1e+20" as a string: its floats need a '.' before the exponent.
-  if (v.is_number_float() && text.find('.') == std::string::npos && text.find('e') != std::string::npos)
-    text.insert(text.find('e'), ".0");
-  return text;
-}
-
-bool is_block(const Json& v) { return v.is_structured() && !v.empty(); }
-
-// A non-empty object or array, every line indented by `indent`.
-void emit_block(const Json& v, std::size_t indent, std::string& out) {
-  const std::string pad(indent, ' ');
-  if (v.is_object()) {
-    for (const auto& [key, child] : v.items()) {
-      out += pad + yaml_key(key) + ":";
-      if (is_block(child)) {
-        out += "\n";
-        emit_block(child, indent + 2, out);
-      } else {
-        out += " " + inline_value(child) + "\n";
-      }
-    }
-    return;
-  }
-  for (const Json& child : v) {
-    if (is_block(child)) {
-      // The child's first line goes on the dash's line: "- name: x" then "  value: y".
-      std::string inner;
-      emit_block(child, indent + 2, inner);
-      out += pad + "- " + inner.substr(indent + 2);
-    } else {
-      out += pad + "- " + inline_value(child) + "\n";
-    }
-  }
-}
-
 Json env_value(const std::string& name, const std::string& value) { return Json{{"name", name}, {"value", value}}; }
 
 Json env_completion_index(const std::string& name) {
@@ -248,23 +171,6 @@ Json kube_manifests(const JobSpec& spec, const KubeTarget& target, std::int64_t 
            {"kind", "Job"},
            {"metadata", Json{{"name", name}, {"namespace", ns}, {"labels", job_labels}, {"annotations", annotations}}},
            {"spec", job_spec}});
-  return out;
-}
-
-std::string to_yaml(const Json& value) {
-  if (!is_block(value)) return inline_value(value) + "\n";
-  std::string out;
-  emit_block(value, 0, out);
-  return out;
-}
-
-std::string to_yaml_documents(const Json& documents) {
-  if (!documents.is_array()) throw Error(Exit::Software, "to_yaml_documents: expected an array of documents");
-  std::string out;
-  for (const Json& document : documents) {
-    if (!out.empty()) out += "---\n";
-    out += to_yaml(document);
-  }
   return out;
 }
 

@@ -9,7 +9,7 @@
 //   KubeTarget target{.backend = "gke", .namespace_name = "ml", .image = image,
 //                     .queue = queue_of_tenant};
 //   Json objects = kube_manifests(spec, target, id, user, std::nullopt);
-//   pipe_to("kubectl apply -f -", to_yaml_documents(objects));
+//   pipe_to("kubectl create -f -", Json{{"apiVersion", "v1"}, {"kind", "List"}, {"items", objects}}.dump());
 //
 // What a pod sees: the command as argv in the container "task", spec.env, then RSUB_JOB_ID,
 // RSUB_NTASKS, RSUB_TASK_ID (the completion index), RSUB_ARRAY_INDEX (array elements
@@ -62,17 +62,5 @@ Json kube_manifests(const JobSpec& spec, const KubeTarget& target, std::int64_t 
 // characters; the Job controller would fail to create the pod otherwise).
 std::string kube_job_name(const JobSpec& spec, std::int64_t id, std::optional<int> array_index,
                           const std::string& store_tag = {});
-
-// Block-style YAML for one JSON value, ending in a newline. Every string is double-quoted
-// with JSON's escapes, and also escapes for the characters YAML reads as line breaks or
-// refuses raw (DEL, C1 controls, U+2028, U+2029, U+FEFF), so that no YAML 1.1 or 1.2
-// reader changes a value. Keys are plain when they are safe ([A-Za-z0-9_./-], not starting
-// with a digit, '-' or '.', and not a word YAML 1.1 reads as a bool or null such as "on"),
-// quoted otherwise. Empty objects are "{}", empty arrays "[]"; NaN and infinities are null.
-std::string to_yaml(const Json& value);
-
-// The elements of the array `documents` as YAML documents separated by "---" lines (what
-// kubectl reads as several objects). Error(Software) when `documents` is not an array.
-std::string to_yaml_documents(const Json& documents);
 
 }  // namespace rkit::rsub

@@ -3,23 +3,20 @@
 // server can run on the build machines: tests drive it through tests/fakes/fake_kubectl.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <ctime>
 
 #include "kube.hpp"
 #include "remote.hpp"
 #include "rkit/error.hpp"
+#include "rkit/time.hpp"
 
 namespace rkit::rsub {
 
 namespace {
 
 std::optional<double> iso_time(const Json& v) {
-  if (!v.is_string()) return std::nullopt;
-  std::tm tm{};
-  const std::string s = v.get<std::string>();
-  const char* end = ::strptime(s.c_str(), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  if (!end || *end) return std::nullopt;
-  return static_cast<double>(::timegm(&tm));
+  return v.is_string() ? parse_utc_time(v.get_ref<const std::string&>()) : std::nullopt;
 }
 
 // An API server that did not answer, or answered "not now".
@@ -47,6 +44,11 @@ class KubeBackend final : public RemoteBackend {
   void prepare(JobSpec&, const std::string&) const override {}
 
   std::string render(const JobSpec& spec, const RemoteDeps& deps, const SubmitRef& ref) override {
+    auto utf8 = [](const std::string& v) { return is_utf8(v); };
+    if (!std::all_of(spec.command.begin(), spec.command.end(), utf8) ||
+        !std::all_of(spec.env.begin(), spec.env.end(), [&](const auto& kv) { return utf8(kv.second); }))
+      throw Error(Exit::DataErr, fmt::format("{}: the job's command or environment is not UTF-8 text, which a Kubernetes "
+                                             "object cannot carry", how_.who));
     if (spec.hold)
       throw Error(Exit::DataErr, fmt::format("{}: jobs cannot be submitted held there", how_.who),
                   "Kueue admits them as its queues allow; submit the job when it may run");
@@ -60,10 +62,11 @@ class KubeBackend final : public RemoteBackend {
     if (target.queue.empty() && spec.kube.queue.empty())
       throw Error(Exit::DataErr, fmt::format("{}: no Kueue queue for tenant \"{}\"", how_.who, spec.tenant),
                   "map the tenant in the backend's queues, or set queue under [kubernetes] in the job file");
-    Json docs = Json::array();
+    // One v1 List, which kubectl reads as its items (JSON is kubectl's own format).
+    Json items = Json::array();
     for (const auto& index : indices(spec))
-      for (auto& doc : kube_manifests(spec, target, ref.id, ref.user, index)) docs.push_back(std::move(doc));
-    return to_yaml_documents(docs);
+      for (auto& doc : kube_manifests(spec, target, ref.id, ref.user, index)) items.push_back(std::move(doc));
+    return Json{{"apiVersion", "v1"}, {"kind", "List"}, {"items", std::move(items)}}.dump(2) + "\n";
   }
 
   std::vector<std::string> submit(const JobSpec& spec, const RemoteDeps& deps, const SubmitRef& ref) override {

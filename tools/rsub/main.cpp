@@ -258,7 +258,9 @@ int main(int argc, char** argv) {
     const std::string config = regular_file_path(tool.config().path);
     if (!config.empty()) request["config"] = config;
     char cwd[PATH_MAX];
-    if (::getcwd(cwd, sizeof cwd)) request["cwd"] = cwd;
-    return call_daemon(settings, self_exe(), tool.config().path, request.dump());
+    if (::getcwd(cwd, sizeof cwd)) request["cwd"] = bytes_json(cwd);
+    // Ids and names that are not UTF-8 go with U+FFFD for their bad bytes (no job has
+    // them); what a job runs with went as bytes_json.
+    return call_daemon(settings, self_exe(), tool.config().path, to_json_line(request));
   });
 }

@@ -20,8 +20,9 @@ std::string JobRecord::display_id() const {
 
 std::string spec_record_fields(const JobSpec& spec) {
   const Resources& r = spec.resources;
-  Json depends = Json::array();
+  Json depends = Json::array(), command = Json::array();
   for (const Dependency& d : spec.depends) depends.push_back(fmt::format("{}:{}", dep_type_name(d.type), d.job));
+  for (const std::string& arg : spec.command) command.push_back(bytes_json(arg));
   return Json{{"name", spec.name},
               {"tenant", spec.tenant},
               {"project", spec.project},
@@ -35,8 +36,8 @@ std::string spec_record_fields(const JobSpec& spec) {
               {"time_limit_s", spec.time_limit_s ? Json(*spec.time_limit_s) : Json(nullptr)},
               {"priority", spec.priority},
               {"depends", depends},
-              {"command", spec.command},
-              {"workdir", spec.workdir}}
+              {"command", command},
+              {"workdir", bytes_json(spec.workdir)}}
       .dump();
 }
 

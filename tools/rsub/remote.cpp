@@ -82,7 +82,7 @@ class RemoteJobs final : public Backend {
       const std::string text = r_->render(spec, deps, ref);
       if (ctx.format == Format::Table) *ctx.out << text;
       else *ctx.out << to_json_line(Json{{"schema", "rkit.job.submission.v1"}, {"backend", spec.backend},
-                                          {"spec", spec.to_json()}, {"submission", text}})
+                                          {"spec", spec.to_json()}, {"submission", bytes_json(text)}})
                      << '\n';
       return 0;
     }
@@ -123,7 +123,7 @@ class RemoteJobs final : public Backend {
       if (!ids.empty()) store.update_remote(c_.name, daemon_->query(ids));
     } catch (const Error& e) {
       if (strict) throw;
-      if (!ctx.quiet) *ctx.err << fmt::format("rsub: warning: {} (showing the states last read)\n", e.what());
+      if (!ctx.quiet) warn("rsub", fmt::format("{} (showing the states last read)", e.what()), *ctx.err);
     }
     return true;  // it may have written (a job adopted, or LOST)
   }

@@ -72,12 +72,7 @@ Settings load_settings(const Config& c) {
       s.admins.push_back(a.value<std::string>().value_or(""));
     }
   }
-  if (const auto* users = c.get_table("rsub.users"))
-    for (const auto& [user, tenant] : *users) {
-      const std::string key = "rsub.users." + std::string(user.str());
-      if (!tenant.is_string()) throw Error(Exit::Config, fmt::format("{}: {} must be a tenant name", c.where(key), key));
-      s.tenants_of_users[std::string(user.str())] = *tenant.value<std::string>();
-    }
+  s.tenants_of_users = c.get_string_map("rsub.users");
   if (const auto* tenants = c.get_table("rsub.tenants"))
     for (const auto& [name, _] : *tenants) {
       const std::string key = "rsub.tenants." + std::string(name.str());

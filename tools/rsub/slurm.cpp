@@ -11,6 +11,7 @@
 #include "remote.hpp"
 #include "rkit/error.hpp"
 #include "rkit/process.hpp"
+#include "rkit/time.hpp"
 
 namespace rkit::rsub {
 
@@ -30,14 +31,7 @@ std::string slurm_time(double seconds) {
 }
 
 // "2026-11-30T18:19:23" (Slurm prints local time) → Unix seconds; "Unknown", "None" → nullopt.
-std::optional<double> slurm_timestamp(std::string_view text) {
-  std::tm tm{};
-  const std::string s(text);
-  const char* end = ::strptime(s.c_str(), "%Y-%m-%dT%H:%M:%S", &tm);
-  if (!end || *end) return std::nullopt;
-  tm.tm_isdst = -1;
-  return static_cast<double>(std::mktime(&tm));
-}
+std::optional<double> slurm_timestamp(std::string_view text) { return parse_local_time(text); }
 
 // What Slurm's common pending reasons mean, for rsub why.
 std::string slurm_reason_text(std::string_view reason) {

@@ -70,6 +70,8 @@ bool bad_name_char(char c) {
 std::string default_name(const std::vector<std::string>& command) {
   std::string name = command.empty() ? std::string() : base_name(command.front());
   std::replace_if(name.begin(), name.end(), bad_name_char, '_');
+  if (!is_utf8(name))  // a name is text: each byte outside ASCII then becomes _
+    std::replace_if(name.begin(), name.end(), [](char c) { return static_cast<unsigned char>(c) >= 0x80; }, '_');
   return name;
 }
 
@@ -112,7 +114,16 @@ void validate(const JobSpec& s, const Fail& fail) {
   if (s.name.empty()) fail("name", "must not be empty");
   if (std::any_of(s.name.begin(), s.name.end(), bad_name_char))
     fail("name", "must not contain whitespace or control characters");
+  // Names are text; what a job runs with (its command, environment values, working
+  // directory) may be any bytes, and records carry them (bytes_json).
+  for (auto [key, text] : {std::pair{"name", &s.name}, std::pair{"tenant", &s.tenant}, std::pair{"project", &s.project},
+                           std::pair{"resources.gpu_type", &s.resources.gpu_type}, std::pair{"backend", &s.backend},
+                           std::pair{"slurm.partition", &s.slurm.partition}, std::pair{"slurm.qos", &s.slurm.qos},
+                           std::pair{"slurm.account", &s.slurm.account}, std::pair{"kubernetes.image", &s.kube.image},
+                           std::pair{"kubernetes.queue", &s.kube.queue}})
+    if (!is_utf8(*text)) fail(key, "must be UTF-8 text");
   for (const auto& [key, value] : s.env) {
+    if (!is_utf8(key)) fail("env", "variable names must be UTF-8 text");
     if (key.empty()) fail("env", "variable name must not be empty");
     if (key.find('=') != std::string::npos) fail("env", fmt::format("variable name \"{}\" must not contain '='", key));
   }
@@ -388,8 +399,8 @@ void read_value(const Json& v, const std::string& key, T& out) {
     if (!v.is_number()) bad_record(key, "a number");
     out = v.get<double>();
   } else if constexpr (std::is_same_v<T, std::string>) {
-    if (!v.is_string()) bad_record(key, "a string");
-    out = v.get<std::string>();
+    if (!v.is_string() && !v.is_object()) bad_record(key, "a string");
+    out = bytes_of(v, "job spec record: " + key);  // or {"hex": ...}
   } else {  // a std::vector
     if (!v.is_array()) bad_record(key, "an array");
     out.clear();
@@ -448,10 +459,11 @@ Json JobSpec::to_json() const {
   j["name"] = name;
   j["tenant"] = tenant;
   j["project"] = project;
-  j["command"] = command;
-  j["workdir"] = workdir;
+  j["command"] = Json::array();
+  for (const auto& arg : command) j["command"].push_back(bytes_json(arg));
+  j["workdir"] = bytes_json(workdir);
   j["env"] = Json::object();
-  for (const auto& [k, v] : env) j["env"][k] = v;
+  for (const auto& [k, v] : env) j["env"][k] = bytes_json(v);
   j["resources"] = {{"tasks", resources.tasks},
                     {"nodes", resources.nodes},
                     {"cpus_per_task", resources.cpus_per_task},

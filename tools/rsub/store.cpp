@@ -267,13 +267,24 @@ void Store::transaction(const std::function<void()>& fn) {
   }
 }
 
+namespace {
+
+// The environment as stored: a JSON array of "K=V", each as bytes_json.
+std::string environ_json_of(const std::vector<std::string>& environment) {
+  Json out = Json::array();
+  for (const std::string& kv : environment) out.push_back(bytes_json(kv));
+  return out.dump();
+}
+
+}  // namespace
+
 std::vector<std::int64_t> Store::submit(const JobSpec& spec, const Submitter& who, double now,
                                         const std::vector<std::string>& environment) {
   std::vector<std::int64_t> ids;
   const std::string spec_json = spec.to_json().dump();
   const std::string fields = spec_record_fields(spec);
   const std::optional<std::string> environ_json =
-      environment.empty() ? std::nullopt : std::optional<std::string>(Json(environment).dump());
+      environment.empty() ? std::nullopt : std::optional<std::string>(environ_json_of(environment));
   transaction([&] {
     Stmt& insert = stmt(
         "INSERT INTO jobs(array_parent, array_index, name, tenant, user, uid, spec, state, reason, held, submit_s, "
@@ -346,7 +357,8 @@ std::optional<std::vector<std::string>> Store::environment(std::int64_t id) {
   s.bind(id);
   if (!s.step() || s.null(0)) return std::nullopt;
   std::vector<std::string> out;
-  for (const Json& kv : parse_json(s.text(0), fmt::format("job {} environment", id))) out.push_back(kv.get<std::string>());
+  for (const Json& kv : parse_json(s.text(0), fmt::format("job {} environment", id)))
+    out.push_back(bytes_of(kv, fmt::format("job {} environment", id)));
   return out;
 }
 

@@ -291,7 +291,7 @@ void Exporter::warn(const std::string& source, const std::string& error) {
   std::string& last = warned_[source];
   if (error == last) return;
   last = error;
-  if (!error.empty() && !opt_.quiet) std::cerr << fmt::format("rtop: warning: {}: {}\n", source, error) << std::flush;
+  if (!error.empty() && !opt_.quiet) rkit::warn("rtop", fmt::format("{}: {}", source, error), std::cerr);
 }
 
 std::optional<std::vector<Json>> Exporter::read_queue(double timeout_s, std::string& error) {

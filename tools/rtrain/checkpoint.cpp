@@ -12,8 +12,8 @@
 #include <filesystem>
 #include <map>
 
-#include "archive.hpp"
-#include "extract.hpp"
+#include "rkit/ckpt/archive.hpp"
+#include "rkit/ckpt/extract.hpp"
 #include "rkit/error.hpp"
 #include "rkit/file.hpp"
 #include "rkit/process.hpp"

@@ -19,6 +19,7 @@
 
 #include "rkit/error.hpp"
 #include "rkit/file.hpp"
+#include "rkit/rng.hpp"
 #include "rkit/safetensors.hpp"
 
 namespace rkit::rtrain {
@@ -29,19 +30,12 @@ static_assert(std::endian::native == std::endian::little, "the file readers assu
 namespace st = rkit::safetensors;
 
 // ---------------------------------------------------------------------------------------
-// Counter-based random bits: splitmix64's finaliser over (key + counter). Any value of
-// any stream can be computed alone, which is what makes rows and epochs restartable.
-
-constexpr std::uint64_t kGolden = 0x9e3779b97f4a7c15ULL;
-
-constexpr std::uint64_t hash64(std::uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
+// Counter-based random bits: splitmix64's finaliser (rkit/rng.hpp) over (key + counter).
+// Any value of any stream can be computed alone, which is what makes rows and epochs
+// restartable.
 
 // The k-th 64 random bits of the stream `key`.
-constexpr std::uint64_t bits_at(std::uint64_t key, std::uint64_t k) { return hash64(key + (k + 1) * kGolden); }
+constexpr std::uint64_t bits_at(std::uint64_t key, std::uint64_t k) { return mix64(key + (k + 1) * kGolden64); }
 
 // A uniform double in (0, 1) from the top 53 bits.
 double uniform01(std::uint64_t h) { return (double(h >> 11) + 0.5) * 0x1.0p-53; }
@@ -179,7 +173,7 @@ class SyntheticDataset final : public Dataset {
   // Weights of the target's linear, tanh and product terms (before standardising).
   static constexpr double kLinear = 0.8, kTanh = 0.6, kProduct = 0.5;
 
-  std::uint64_t row_key(std::uint64_t row) const { return hash64(seed_key_ ^ hash64(row + kGolden)); }
+  std::uint64_t row_key(std::uint64_t row) const { return mix64(seed_key_ ^ mix64(row + kGolden64)); }
   void draw_factors(std::uint64_t key, float* f) const;
   double raw_target(const float* f, std::size_t k) const;  // g_k(f), not standardised
   float target(const float* f, std::size_t k, std::uint64_t key) const;
@@ -215,8 +209,8 @@ SyntheticDataset::SyntheticDataset(const SyntheticSpec& spec)
   if (!std::isfinite(spec.noise) || spec.noise < 0)
     throw Error(Exit::Usage, fmt::format("synthetic data: noise must be a finite number >= 0, not {}", spec.noise));
 
-  seed_key_ = hash64(spec.seed ^ 0x5eed'da7a'0000'0001ULL);
-  const std::uint64_t model_key = hash64(seed_key_ ^ 0x6d6f'64656c'000002ULL);
+  seed_key_ = mix64(spec.seed ^ 0x5eed'da7a'0000'0001ULL);
+  const std::uint64_t model_key = mix64(seed_key_ ^ 0x6d6f'64656c'000002ULL);
   std::uint64_t draw = 0;  // the next index of the model's stream
   auto normal = [&] { return normal_exact(model_key, draw++); };
   auto uniform = [&] { return uniform01(bits_at(model_key, (std::uint64_t{1} << 62) + draw++)); };
@@ -260,9 +254,9 @@ SyntheticDataset::SyntheticDataset(const SyntheticSpec& spec)
   constexpr std::size_t kDraws = 1 << 14;
   std::vector<double> sum(targets_, 0.0), sum2(targets_, 0.0);
   std::vector<float> f(factors_);
-  const std::uint64_t mc_key = hash64(model_key ^ 0x4d43'0000'0003ULL);
+  const std::uint64_t mc_key = mix64(model_key ^ 0x4d43'0000'0003ULL);
   for (std::size_t i = 0; i < kDraws; ++i) {
-    draw_factors(hash64(mc_key + i * kGolden), f.data());
+    draw_factors(mix64(mc_key + i * kGolden64), f.data());
     for (std::size_t t = 0; t < targets_; ++t) {
       const double g = raw_target(f.data(), t);
       sum[t] += g;
@@ -922,7 +916,7 @@ std::span<const std::uint64_t> Sampler::batch(std::uint64_t step) {
   const std::uint64_t epoch = step / steps_per_epoch_, b = step % steps_per_epoch_;
   if (epoch != epoch_) {
     // Fisher-Yates, the swap partner of position i drawn from (seed, epoch, i) alone.
-    const std::uint64_t key = hash64(hash64(seed_ ^ 0x5a3b'1e00'0000'0004ULL) + epoch * kGolden);
+    const std::uint64_t key = mix64(mix64(seed_ ^ 0x5a3b'1e00'0000'0004ULL) + epoch * kGolden64);
     perm_.resize(train_rows_);
     std::iota(perm_.begin(), perm_.end(), std::uint64_t{0});
     for (std::uint64_t i = train_rows_ - 1; i > 0; --i) std::swap(perm_[i], perm_[below(bits_at(key, i), i + 1)]);

@@ -29,7 +29,7 @@
 #include <sstream>
 #include <cstring>
 
-#include "archive.hpp"  // rckpt's: a checkpoint is complete when it opens whole
+#include "rkit/ckpt/archive.hpp"  // rckpt's: a checkpoint is complete when it opens whole
 #include "rkit/error.hpp"
 #include "rkit/file.hpp"
 #include "rkit/jsonl.hpp"

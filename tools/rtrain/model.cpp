@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "rkit/error.hpp"
-#include "rng.hpp"
+#include "rkit/rng.hpp"
 
 namespace rkit::rtrain {
 

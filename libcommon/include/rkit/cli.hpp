@@ -19,7 +19,8 @@
 // script generated from the same option table (see completion.hpp).
 // Usage errors exit 64; rkit::Error exits with its code; anything else 70. The
 // configuration is loaded before the body runs, so a bad file is always reported
-// (78), and output that could not be written (closed pipe, full disk) exits 74.
+// (78), and output that could not be written (closed pipe, full disk) exits 74: run()
+// ignores SIGPIPE, so that a closed pipe is an error like the others.
 #pragma once
 
 #include <CLI/CLI.hpp>

@@ -62,4 +62,8 @@ Error system_error(std::string_view what, int errnum);
 int report_error(std::string_view tool, const std::exception& e, std::ostream& err,
                  bool verbose = false);
 
+// Writes one line, "tool: warning: message", to `err` and flushes it: what went wrong
+// without ending the command (a bad record skipped, a backend that did not answer).
+void warn(std::string_view tool, std::string_view message, std::ostream& err);
+
 }  // namespace rkit

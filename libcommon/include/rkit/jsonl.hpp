@@ -53,7 +53,17 @@ Json parse_json(std::string_view text, std::string_view source);
 int check_schema(const Json& record, std::string_view family, int max_major,
                  std::string_view where);
 
-// The record as one JSON line (no trailing newline). NaN and infinities become null.
+// The record as one JSON line (no trailing newline). NaN and infinities become null;
+// a string that is not UTF-8 gets U+FFFD for its bad bytes (carry such bytes with
+// bytes_json instead, where they must come back).
 std::string to_json_line(const Json& record);
+
+// Bytes a user may pass that need not be UTF-8 (a command's arguments, environment
+// values, paths), losslessly in JSON (rkit(7), BYTES IN RECORDS): a string when they are
+// UTF-8, else {"hex": "<each byte as two lowercase hex digits>"}.
+bool is_utf8(std::string_view bytes);
+Json bytes_json(std::string_view bytes);
+// The bytes back from either form. Error(DataErr) "<what>: ..." for any other value.
+std::string bytes_of(const Json& value, std::string_view what);
 
 }  // namespace rkit

@@ -87,9 +87,12 @@ struct ResourcePrices {
 struct PriceSheet {
   std::string currency = "USD";
   std::map<std::string, ResourcePrices> backends;
-  // Error(DataErr) naming the sheet when the backend has no prices.
+  // Error(DataErr) naming the sheet when the backend has no prices; every backend's are
+  // 0 in a sheet that is not `priced`.
   const ResourcePrices& at(const std::string& backend) const;
   std::string source;  // the file it came from
+  // False: there is no sheet (rcost report then shows hours and leaves money out).
+  bool priced = true;
 };
 
 // One rate of one backend, for showing the sheet (rcost).

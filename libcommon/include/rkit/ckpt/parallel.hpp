@@ -1,4 +1,4 @@
-// File: parallel.hpp
+// File: rkit/ckpt/parallel.hpp
 //
 // An ordered pipeline: `threads` workers run work(i, worker) for i = 0..count-1, at
 // most `window` items ahead of the consumer, and the calling thread receives each

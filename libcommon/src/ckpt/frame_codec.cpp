@@ -1,4 +1,4 @@
-#include "frame_codec.hpp"
+#include "rkit/ckpt/frame_codec.hpp"
 
 #define ZSTD_STATIC_LINKING_ONLY  // ZSTD_c_literalCompressionMode
 

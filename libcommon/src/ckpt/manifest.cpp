@@ -1,4 +1,4 @@
-#include "manifest.hpp"
+#include "rkit/ckpt/manifest.hpp"
 
 #include <fmt/format.h>
 #include <zstd.h>

@@ -1,4 +1,4 @@
-#include "archive.hpp"
+#include "rkit/ckpt/archive.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -10,7 +10,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "frame_codec.hpp"
+#include "rkit/ckpt/frame_codec.hpp"
 #include "rkit/error.hpp"
 #include "rkit/file.hpp"
 

@@ -1,4 +1,4 @@
-#include "extract.hpp"
+#include "rkit/ckpt/extract.hpp"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -7,6 +7,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 #include <xxhash.h>
+#include <zstd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -17,10 +18,10 @@
 #include <set>
 #include <thread>
 
-#include "archive.hpp"
-#include "frame_codec.hpp"
-#include "pack.hpp"
-#include "parallel.hpp"
+#include "rkit/ckpt/archive.hpp"
+#include "rkit/ckpt/frame_codec.hpp"
+#include "rkit/ckpt/parallel.hpp"
+#include "rkit/cpus.hpp"
 #include "rkit/error.hpp"
 #include "rkit/file.hpp"
 #include "rkit/interrupt.hpp"
@@ -197,6 +198,13 @@ Json UnpackResult::to_json() const {
   return Json{{"schema", "rkit.ckpt.unpack.v1"}, {"archive", archive}, {"dir", dir},
               {"files", files}, {"bytes", bytes}, {"time_s", seconds},
               {"bytes_per_s", seconds > 0 ? Json(static_cast<double>(bytes) / seconds) : Json(nullptr)}};
+}
+
+unsigned decode_threads(unsigned requested, std::uint64_t max_frame_bytes) {
+  unsigned threads = requested ? requested : usable_cpus();
+  // Each worker: compressed, shuffled and raw copies of a frame; each result in flight: one more.
+  std::uint64_t per_worker = 4 * ZSTD_compressBound(std::max<std::uint64_t>(max_frame_bytes, 1));
+  return static_cast<unsigned>(std::clamp<std::uint64_t>(kMemoryBudget / per_worker, 1, threads));
 }
 
 UnpackResult unpack_checkpoint(const UnpackOptions& opt) {

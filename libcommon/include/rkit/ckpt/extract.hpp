@@ -1,4 +1,4 @@
-// File: extract.hpp
+// File: rkit/ckpt/extract.hpp
 //
 // Getting data back out of an .rkpt archive: unpack (all or some files, each written
 // atomically), verify (every hash, no output) and cat (one file or tensor to a
@@ -61,6 +61,13 @@ struct VerifyReport {
 };
 
 VerifyReport verify_checkpoint(const std::string& archive, unsigned threads, bool progress);
+
+// Frames in flight (raw, shuffled and compressed copies) stay under this, packing and
+// unpacking alike.
+inline constexpr std::uint64_t kMemoryBudget = std::uint64_t{384} << 20;
+// Worker threads for decoding frames of at most `max_frame_bytes` (`requested`, 0 = every
+// CPU the process may use), within the budget.
+unsigned decode_threads(unsigned requested, std::uint64_t max_frame_bytes);
 
 // Writes the raw bytes of `spec` ("PATH" or "PATH:TENSOR"; a path that exists as a
 // whole wins over a split at its last ':') to `fd`.

@@ -1,4 +1,4 @@
-// File: manifest.hpp
+// File: rkit/ckpt/manifest.hpp
 //
 // The rckpt archive format and its manifest (rkit.ckpt.v1).
 //

@@ -1,4 +1,4 @@
-// File: frame_codec.hpp
+// File: rkit/ckpt/frame_codec.hpp
 //
 // One frame's bytes on their way into and out of an archive: XXH3 of the raw bytes,
 // byte shuffling by element size (all first bytes, then all second bytes, ...: the

@@ -1,4 +1,4 @@
-// File: archive.hpp
+// File: rkit/ckpt/archive.hpp
 //
 // Reading an .rkpt archive by random access: the index at its end locates the
 // manifest, and the manifest locates every frame, so one tensor of a large archive
@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "frame_codec.hpp"
-#include "manifest.hpp"
+#include "rkit/ckpt/frame_codec.hpp"
+#include "rkit/ckpt/manifest.hpp"
 #include "rkit/error.hpp"
 
 namespace rkit::rckpt {
