@@ -42,7 +42,8 @@ build: $(BUILD)/CMakeCache.txt
 # deps runs first, then the build (also under make -j). The tests are configured in
 # whatever build directory there is (a demo's leaves them out).
 test: deps
-	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DRKIT_TESTS=ON $(CMAKE_FLAGS) >/dev/null
+	@if [[ -f $(BUILD)/CMakeCache.txt ]]; then cmake -S . -B $(BUILD) -DRKIT_TESTS=ON >/dev/null; \
+	else cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DRKIT_TESTS=ON $(CMAKE_FLAGS) >/dev/null; fi
 	@$(MAKE) build
 	@tests/run.sh $(BUILD)
 

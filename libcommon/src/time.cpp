@@ -22,7 +22,8 @@ std::optional<Civil> civil(std::string_view s) {
   if (!num(0, 4, c.year) || !num(5, 2, c.month) || !num(8, 2, c.day) || !num(11, 2, c.hour) || !num(14, 2, c.minute) ||
       !num(17, 2, c.second))
     return std::nullopt;
-  if (c.month < 1 || c.month > 12 || c.day < 1 || c.day > 31 || c.hour > 23 || c.minute > 59 || c.second > 60)
+  if (c.year < 0 || c.month < 1 || c.month > 12 || c.day < 1 || c.day > 31 || c.hour < 0 || c.hour > 23 ||
+      c.minute < 0 || c.minute > 59 || c.second < 0 || c.second > 60)
     return std::nullopt;
   return c;
 }

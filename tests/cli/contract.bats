@@ -46,8 +46,9 @@ sys.exit(p.returncode if p.returncode >= 0 else 128 - p.returncode)' "$@"
   assert_failure 64
   assert_one_line_stderr
   [[ $stderr == *"--json and --format csv exclude each other"* ]]
-  run --separate-stderr rcost report --csv --format html /dev/null
+  run --separate-stderr rcost --prices "$FIXTURES/rcost/prices.toml" report --csv --format html /dev/null
   assert_failure 64
+  [[ $stderr == *"--csv and --format html exclude each other"* ]]
   run --separate-stderr rsub ls --json --csv
   assert_failure 64
 }

@@ -185,6 +185,13 @@ kube_job() {
   [[ $stderr == *'cannot reach the API server'* ]]
   rm "$FAKE_KUBE_DIR/down"
   assert_equal "$(rsub ls --all --json | wc -l)" 0
+  # Bytes that are not UTF-8 (fine locally and on Slurm): a Kubernetes object cannot carry them.
+  for args in "-- printf $'\\xff'" "-e $'V=\\xfe' -- true" "-C $'/tmp/\\xff' -- true"; do
+    run --separate-stderr eval rsub --backend gke -t desk-a "$args"
+    assert_equal "$status" 65
+    assert_one_line_stderr
+    [[ $stderr == *'is not UTF-8 text, which a Kubernetes object cannot carry'* ]]
+  done
   sed -i '/^image/d' "$RKIT_CONFIG"
   run --separate-stderr rsub --backend gke -t desk-a -- true
   assert_equal "$status" 65

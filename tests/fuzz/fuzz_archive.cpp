@@ -1,4 +1,4 @@
-// Fuzz target: whole .rkpt archives as rckpt reads them (tools/rckpt/archive.hpp):
+// Fuzz target: whole .rkpt archives as rckpt reads them (rkit/ckpt/archive.hpp):
 // the index at the end, the manifest it locates, and every frame it names.
 #include <sys/mman.h>
 #include <unistd.h>

@@ -1,4 +1,4 @@
-// Fuzz target: the rckpt manifest (rkit.ckpt.v1) and index parsers (tools/rckpt/manifest.hpp).
+// Fuzz target: the rckpt manifest (rkit.ckpt.v1) and index parsers (rkit/ckpt/manifest.hpp).
 #include "fuzz.hpp"
 #include "rkit/ckpt/manifest.hpp"
 

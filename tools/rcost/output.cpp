@@ -116,6 +116,7 @@ void capacity_line(std::ostream& out, const char* what, const char* unit, const 
 }  // namespace
 
 std::string figure(double v, int decimals) {
+  if (std::fabs(v) < 5e-10) v = 0;  // rounding noise: no "-0.000000000"
   const double a = std::fabs(v);
   if (a > 0 && a < 1) decimals = std::max(decimals, std::min(9, 1 - static_cast<int>(std::floor(std::log10(a)))));
   return fmt::format("{:.{}f}", v, decimals);

@@ -45,10 +45,10 @@ class KubeBackend final : public RemoteBackend {
 
   std::string render(const JobSpec& spec, const RemoteDeps& deps, const SubmitRef& ref) override {
     auto utf8 = [](const std::string& v) { return is_utf8(v); };
-    if (!std::all_of(spec.command.begin(), spec.command.end(), utf8) ||
+    if (!std::all_of(spec.command.begin(), spec.command.end(), utf8) || !utf8(spec.workdir) ||
         !std::all_of(spec.env.begin(), spec.env.end(), [&](const auto& kv) { return utf8(kv.second); }))
-      throw Error(Exit::DataErr, fmt::format("{}: the job's command or environment is not UTF-8 text, which a Kubernetes "
-                                             "object cannot carry", how_.who));
+      throw Error(Exit::DataErr, fmt::format("{}: the job's command, working directory or environment is not UTF-8 "
+                                             "text, which a Kubernetes object cannot carry", how_.who));
     if (spec.hold)
       throw Error(Exit::DataErr, fmt::format("{}: jobs cannot be submitted held there", how_.who),
                   "Kueue admits them as its queues allow; submit the job when it may run");

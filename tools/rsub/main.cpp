@@ -256,11 +256,11 @@ int main(int argc, char** argv) {
     request["verbose"] = opts.verbose;
     // A personal daemon follows its user's configuration file (a regular one: not a pipe).
     const std::string config = regular_file_path(tool.config().path);
-    if (!config.empty()) request["config"] = config;
+    if (!config.empty()) request["config"] = bytes_json(config);
     char cwd[PATH_MAX];
     if (::getcwd(cwd, sizeof cwd)) request["cwd"] = bytes_json(cwd);
     // Ids and names that are not UTF-8 go with U+FFFD for their bad bytes (no job has
-    // them); what a job runs with went as bytes_json.
+    // them); paths and what a job runs with go as bytes_json.
     return call_daemon(settings, self_exe(), tool.config().path, to_json_line(request));
   });
 }

@@ -60,7 +60,7 @@ class RemoteBackend {
   // The defaults a job gets there (Slurm: the client's working directory, on a
   // filesystem the nodes share; Kubernetes: none, the image's).
   virtual void prepare(JobSpec& spec, const std::string& client_cwd) const = 0;
-  // What submit hands the backend: an sbatch script, YAML. Error(DataErr) for a job the
+  // What submit hands the backend: an sbatch script, a v1 List (JSON). Error(DataErr) for a job the
   // backend cannot take (a value an sbatch line cannot carry, no image, dependencies
   // on Kubernetes ...).
   virtual std::string render(const JobSpec& spec, const RemoteDeps& deps, const SubmitRef& ref) = 0;

@@ -206,7 +206,8 @@ void RequestServer::serve(int fd, uid_t uid, const std::vector<gid_t>& groups) {
     const Json request = parse_json(payload, "request");
     verbose = request.is_object() && request.value("verbose", false);
     // A personal daemon follows its user's configuration; a shared one keeps its own.
-    const std::string config = request.is_object() ? request.value("config", std::string()) : std::string();
+    const auto at = request.is_object() ? request.find("config") : request.end();
+    const std::string config = at != request.end() && !at->is_null() ? bytes_of(*at, "request: config") : std::string();
     ctx.settings = personal_ && !config.empty() ? *settings_.use(config) : *settings_.current();
     {
       std::lock_guard lock(mu_);
