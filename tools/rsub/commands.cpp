@@ -248,14 +248,14 @@ int control(Context& ctx, const std::vector<std::string>& ids, Control action) {
   const std::vector<JobRecord> jobs = resolve_all(store, ids);
   for (const JobRecord& j : jobs) check_owner(ctx, j, fmt::format("{} it", control_verb(action)));
   std::map<std::string, std::vector<JobRecord>> by_backend;
-  for (const JobRecord& j : jobs) by_backend[j.backend].push_back(j);
+  for (const JobRecord& j : jobs)
+    if (ctx.settings.backend(j.backend)) by_backend[j.backend].push_back(j);
+    else if (!j.remote_id.empty()) open_backend(ctx, j.backend);  // Error(Usage) before anything is done
   // The local machine is the first backend: acted on last, so that a remote one that
   // fails (it is reached over the network) leaves the local jobs as they were.
   for (auto b = ctx.settings.backends.rbegin(); b != ctx.settings.backends.rend(); ++b)
-    if (const auto mine = by_backend.extract((*b)->name)) open_backend(ctx, (*b)->name)->control(ctx, mine.mapped(), action);
-  for (const auto& [name, mine] : by_backend)  // a backend no longer configured
-    if (std::any_of(mine.begin(), mine.end(), [](const JobRecord& j) { return !j.remote_id.empty(); }))
-      open_backend(ctx, name);  // Error(Usage): not configured
+    if (const auto mine = by_backend.find((*b)->name); mine != by_backend.end())
+      open_backend(ctx, (*b)->name)->control(ctx, mine->second, action);
   return 0;
 }
 
