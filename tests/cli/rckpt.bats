@@ -27,6 +27,15 @@ start_slow_pack() {
   for _ in $(seq 100); do compgen -G ".$1.tmp.*" >/dev/null && break; sleep 0.05; done
 }
 
+# Returns once file $1 (a glob) holds more than $2 bytes: a pack is then mid-way.
+wait_for_bytes() {
+  for _ in $(seq 600); do
+    for f in $1; do [[ -f $f && $(stat -c %s "$f") -gt $2 ]] && return 0; done
+    sleep 0.05
+  done
+  return 1
+}
+
 # The manifest of an archive, as JSON.
 manifest() { tar -xOf "$1" .rkpt/manifest.json; }
 
@@ -221,7 +230,7 @@ EOF
 
 @test "kill -9 during pack leaves no file under the final name" {
   start_slow_pack big.rkpt
-  sleep 0.3
+  wait_for_bytes '.big.rkpt.tmp.*' 1024
   kill -9 "$pid"
   wait "$pid" || true
   assert_file_not_exists big.rkpt
@@ -234,7 +243,7 @@ EOF
 
 @test "SIGTERM during pack removes the temporary and dies of the signal" {
   start_slow_pack big.rkpt
-  sleep 0.3
+  wait_for_bytes '.big.rkpt.tmp.*' 1024
   kill -TERM "$pid"
   code=0
   wait "$pid" || code=$?
@@ -374,12 +383,12 @@ EOF
 
 @test "gc leaves alone a temporary that a live pack holds" {
   : > .live.rkpt.tmp.AbC123
-  flock .live.rkpt.tmp.AbC123 sleep 5 &
-  sleep 0.3
+  exec {lock}>>.live.rkpt.tmp.AbC123  # held by this shell, as a live pack holds its temporary
+  flock "$lock"
   run rckpt gc . --keep-last 1
+  exec {lock}>&-
   assert_success
   assert_file_exists .live.rkpt.tmp.AbC123
-  kill %1 2>/dev/null || true
 }
 
 @test "pack skips a symlink that leaves the checkpoint, with a warning" {
@@ -433,8 +442,7 @@ EOF
   head -c $((48 << 20)) /dev/urandom > ck/big.bin
   rckpt pack ck -o - -q --level 19 --threads 1 > stream.tar &
   pid=$!
-  for _ in $(seq 100); do [[ -s stream.tar ]] && break; sleep 0.05; done
-  sleep 0.3
+  wait_for_bytes stream.tar $((1 << 20))  # a frame or more written
   kill -TERM "$pid"
   wait "$pid" || true
   # The stream ends at a frame, not with tar's two zero blocks.
@@ -446,13 +454,13 @@ EOF
 @test "gc does not remove an archive another process is reading" {
   rckpt pack ck -o c1.rkpt -q
   rckpt pack ck -o c2.rkpt -q
-  flock -s c1.rkpt sleep 5 &
-  sleep 0.3
+  exec {lock}<c1.rkpt  # a reader's shared lock, held by this shell
+  flock -s "$lock"
   run rckpt gc . --keep-last 1 --json
+  exec {lock}<&-
   assert_success
   echo "$output" | jq -e -s 'map(select(.archive | endswith("c1.rkpt")))[0].action == "skip"'
   assert_file_exists c1.rkpt
-  kill %1 2>/dev/null || true
 }
 
 @test "usage errors exit 64 with one line" {

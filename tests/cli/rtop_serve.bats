@@ -74,9 +74,13 @@ print(r.headers.get("Content-Encoding"), gzip.decompress(body).decode().splitlin
 
 @test "serve: node CPUs, memory and CPU time agree with /proc" {
   start_serve --interval 200ms
-  sleep 0.5  # a CPU window passes
-  run -0 http_get "$SERVE_URL"
-  body=$output
+  # Once a CPU window has passed, the utilisation is there.
+  for _ in $(seq 100); do
+    run -0 http_get "$SERVE_URL"
+    body=$output
+    [[ -n $(sample_value rkit_node_cpu_utilization_ratio <<<"$body") ]] && break
+    sleep 0.05
+  done
   assert_equal "$(sample_value rkit_node_cpus <<<"$body")" "$(getconf _NPROCESSORS_ONLN)"
   assert_equal "$(sample_value rkit_node_memory_total_bytes <<<"$body")" \
     "$(awk '/^MemTotal:/ { print $2 * 1024 }' /proc/meminfo)"
@@ -92,10 +96,14 @@ print(r.headers.get("Content-Encoding"), gzip.decompress(body).decode().splitlin
   awk -v u="$util" 'BEGIN { exit !(u != "" && u >= 0 && u <= 1) }' || fail "utilization '$util'"
   # Load averages as /proc/loadavg has them (they change only every 5 s).
   [[ -n $(sample_value rkit_node_load1 <<<"$body") && -n $(sample_value rkit_node_load15 <<<"$body") ]]
-  # Counters grow between scrapes.
-  sleep 0.2
-  busy2=$(http_get "$SERVE_URL" | sample_value 'rkit_node_cpu_seconds_total{mode="busy"}')
-  idle2=$(http_get "$SERVE_URL" | sample_value 'rkit_node_cpu_seconds_total{mode="idle"}')
+  # Counters grow between scrapes (once /proc/stat has counted another tick), and never fall.
+  for _ in $(seq 100); do
+    body2=$(http_get "$SERVE_URL")
+    busy2=$(sample_value 'rkit_node_cpu_seconds_total{mode="busy"}' <<<"$body2")
+    idle2=$(sample_value 'rkit_node_cpu_seconds_total{mode="idle"}' <<<"$body2")
+    awk -v a="$busy" -v b="$busy2" -v c="$idle" -v d="$idle2" 'BEGIN { exit !(b + d > a + c) }' && break
+    sleep 0.05
+  done
   awk -v a="$busy" -v b="$busy2" -v c="$idle" -v d="$idle2" 'BEGIN { exit !(b >= a && d >= c && b + d > a + c) }'
 }
 
@@ -118,9 +126,15 @@ print(r.headers.get("Content-Encoding"), gzip.decompress(body).decode().splitlin
   assert_success
   # The fake's counter: (index + 1) × 10^6 J at its start, then 312.5 W.
   e1=$(sample_value "rkit_gpu_energy_joules_total$g1" <<<"$body")
-  sleep 0.5
-  e2=$(http_get "$SERVE_URL" | sample_value "rkit_gpu_energy_joules_total$g1")
-  awk -v a="$e1" -v b="$e2" 'BEGIN { d = b - a; exit !(a >= 2e6 && a < 2e6 + 1000 && d >= 312.5 * 0.5 && d < 312.5 * 5) }' ||
+  # The counter grows at 312.5 W: half a second's worth shows within a few seconds'.
+  t1=$EPOCHREALTIME
+  for _ in $(seq 200); do
+    e2=$(http_get "$SERVE_URL" | sample_value "rkit_gpu_energy_joules_total$g1")
+    awk -v a="$e1" -v b="$e2" 'BEGIN { exit !(b - a >= 312.5 * 0.5) }' && break
+    sleep 0.05
+  done
+  awk -v a="$e1" -v b="$e2" -v t="$(awk -v a="$t1" -v b="$EPOCHREALTIME" 'BEGIN { print b - a }')" \
+    'BEGIN { d = b - a; exit !(a >= 2e6 && a < 2e6 + 1000 && d >= 312.5 * 0.5 && d < 312.5 * (t + 1)) }' ||
     fail "energy $e1 then $e2"
   stop_serve
 

@@ -253,7 +253,7 @@ TEST(RcostReport, MonthsSplitWhereTheCalendarSays) {
 
 TEST(RcostReport, PercentilesAreLinearBetweenRanks) {
   Row row;
-  row.waits = {40, 10, 30, 20};
+  for (double w : {40, 10, 30, 20}) row.waits.add(w);
   row.finish_waits();
   EXPECT_EQ(row.wait_count, 4u);
   EXPECT_DOUBLE_EQ(*row.wait_p50, 25);

@@ -22,7 +22,7 @@
 
 #include "rkit/ckpt/archive.hpp"
 #include "rkit/ckpt/frame_codec.hpp"
-#include "rkit/ckpt/parallel.hpp"
+#include "rkit/parallel.hpp"
 #include "rkit/atomic_file.hpp"
 #include "rkit/cpus.hpp"
 #include "rkit/error.hpp"

@@ -161,24 +161,25 @@ int main(int argc, char** argv) {
       rd.users = keyed(Key::User);
       rd.projects = keyed(Key::Project);
       rd.states = keyed(Key::State);
-      const Dataset data = read_inputs(inputs_or_stdin(files), rd);
-      report_bad(data, common.quiet);
-      const ReadStats stats{data.lines, data.bad_count, data.ignored};
       OutputFormat fmt = common.json ? OutputFormat::Json : common.csv ? OutputFormat::Csv : OutputFormat::Table;
       if (format == "json") fmt = OutputFormat::Json;
       else if (format == "csv") fmt = OutputFormat::Csv;
       else if (format == "focus") fmt = OutputFormat::Focus;
       else if (format == "html") fmt = OutputFormat::Html;
       else if (format == "table") fmt = OutputFormat::Table;
-      if (fmt == OutputFormat::Focus) {
-        write_focus(std::cout, data, ro);
+      const Inputs inputs(inputs_or_stdin(files));
+      if (fmt == OutputFormat::Focus || fmt == OutputFormat::Html) {
+        // One row per job (FOCUS), several reports (HTML): these keep the records.
+        const Dataset data = read_inputs(inputs, rd);
+        report_bad(data, common.quiet);
+        if (fmt == OutputFormat::Focus) write_focus(std::cout, data, ro);
+        else write_html(std::cout, data, ro, ReadStats{data.lines, data.bad_count, data.ignored});
         return 0;
       }
-      if (fmt == OutputFormat::Html) {
-        write_html(std::cout, data, ro, stats);
-        return 0;
-      }
-      const Report r = make_report(data, ro);
+      Dataset totals;
+      const Report r = stream_report(inputs, rd, ro, totals);
+      report_bad(totals, common.quiet);
+      const ReadStats stats{totals.lines, totals.bad_count, totals.ignored};
       write_report(std::cout, fmt, r, stats, ro.share_idle);
       if (fail_over_budget) {
         int over = 0;

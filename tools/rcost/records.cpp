@@ -2,14 +2,13 @@
 #include "records.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <cctype>
 #include <charconv>
 #include <ctime>
-#include <thread>
 
 #include "records_impl.hpp"
 #include "rkit/cpus.hpp"
+#include "rkit/parallel.hpp"
 #include "rkit/time.hpp"
 
 namespace rkit::rcost {
@@ -58,6 +57,17 @@ std::uint32_t Strings::id(std::string_view s) {
   slots_[i] = id + 1;
   if (names_.size() * 2 > slots_.size()) grow();
   return id;
+}
+
+std::optional<std::uint32_t> Strings::find(std::string_view s) const {
+  if (slots_.empty()) return std::nullopt;
+  const std::uint64_t h = hash(s);
+  const std::size_t mask = slots_.size() - 1;
+  for (std::size_t i = h & mask; slots_[i]; i = (i + 1) & mask) {
+    const std::uint32_t id = slots_[i] - 1;
+    if (hashes_[id] == h && names_[id] == s) return id;
+  }
+  return std::nullopt;
 }
 
 // ------------------------------------------------------------------ sacct text
@@ -180,136 +190,87 @@ bool parse_tres(std::string_view s, Tres& out) {
 
 namespace {
 
-// Appends the chunks' data to `all` in chunk order, translating their string ids and
-// unit offsets. The jobs, most of the data, are copied by `threads` threads.
-void merge(Dataset& all, std::vector<ChunkResult>& parts, unsigned threads) {
-  struct Place {
-    std::vector<std::uint32_t> map;  // the chunk's string ids → all's
-    std::size_t jobs_at = 0;
-    std::uint32_t units_base = 0;
-  };
-  std::vector<Place> places(parts.size());
-  std::size_t jobs = all.jobs.size();
-  for (std::size_t c = 0; c < parts.size(); ++c) {
-    Dataset& part = parts[c].data;
-    Place& place = places[c];
-    place.map.resize(part.strings.size());
-    for (std::uint32_t i = 0; i < part.strings.size(); ++i) place.map[i] = all.strings.id(part.strings.name(i));
-    place.jobs_at = jobs;
-    jobs += part.jobs.size();
-    place.units_base = static_cast<std::uint32_t>(all.units.size());
-    const auto utils_base = static_cast<std::uint32_t>(all.utils.size());
-    const auto gpus_base = static_cast<std::uint32_t>(all.gpu_utils.size());
-    all.units.insert(all.units.end(), part.units.begin(), part.units.end());
-    all.utils.insert(all.utils.end(), part.utils.begin(), part.utils.end());
-    all.gpu_utils.insert(all.gpu_utils.end(), part.gpu_utils.begin(), part.gpu_utils.end());
-    for (Sample s : part.samples) {
-      s.host = place.map[s.host];
-      s.gpu_model = place.map[s.gpu_model];
-      s.cpus_at += utils_base;
-      s.gpus_at += gpus_base;
-      all.samples.push_back(s);
-    }
-    all.ids.insert(all.ids.end(), std::make_move_iterator(part.ids.begin()), std::make_move_iterator(part.ids.end()));
-    all.ignored += part.ignored;
-    all.lines += part.lines;
-    all.bad_count += part.bad_count;
+// Appends a chunk's records to `all`, translating its string ids and unit offsets.
+void append(Dataset& all, const Dataset& part) {
+  std::vector<std::uint32_t> map(part.strings.size());
+  for (std::uint32_t i = 0; i < part.strings.size(); ++i) map[i] = all.strings.id(part.strings.name(i));
+  const auto units_base = static_cast<std::uint32_t>(all.units.size());
+  const auto utils_base = static_cast<std::uint32_t>(all.utils.size());
+  const auto gpus_base = static_cast<std::uint32_t>(all.gpu_utils.size());
+  all.units.insert(all.units.end(), part.units.begin(), part.units.end());
+  all.utils.insert(all.utils.end(), part.utils.begin(), part.utils.end());
+  all.gpu_utils.insert(all.gpu_utils.end(), part.gpu_utils.begin(), part.gpu_utils.end());
+  for (Sample s : part.samples) {
+    s.host = map[s.host];
+    s.gpu_model = map[s.gpu_model];
+    s.cpus_at += utils_base;
+    s.gpus_at += gpus_base;
+    all.samples.push_back(s);
   }
-  all.jobs.resize(jobs);  // unwritten room: the threads copy the jobs in
-  std::atomic<std::size_t> next{0};
-  auto work = [&] {
-    for (std::size_t c; (c = next++) < parts.size();) {
-      Dataset& part = parts[c].data;
-      const Place& place = places[c];
-      Job* out = all.jobs.data() + place.jobs_at;
-      for (Job j : part.jobs) {
-        for (std::uint32_t* id : {&j.tenant, &j.user, &j.project, &j.gpu_type, &j.backend, &j.node, &j.partition, &j.state})
-          *id = place.map[*id];
-        j.pus_at += place.units_base;
-        j.gpus_at += place.units_base;
-        std::memcpy(static_cast<void*>(out++), &j, sizeof j);
-      }
-      part = Dataset();  // its memory goes back now
-    }
-  };
-  std::vector<std::thread> pool;
-  for (unsigned t = 1; t < std::min<std::size_t>(threads, parts.size()); ++t) pool.emplace_back(work);
-  work();
-  for (auto& t : pool) t.join();
+  all.ids.insert(all.ids.end(), part.ids.begin(), part.ids.end());
+  all.jobs.reserve(all.jobs.size() + part.jobs.size());
+  for (Job j : part.jobs) {
+    for (std::uint32_t* id : {&j.tenant, &j.user, &j.project, &j.gpu_type, &j.backend, &j.node, &j.partition, &j.state})
+      *id = map[*id];
+    j.pus_at += units_base;
+    j.gpus_at += units_base;
+    all.jobs.push_back(j);
+  }
 }
 
-void read_one(const std::string& path, const ReadOptions& opt, unsigned threads, Dataset& all) {
-  const Input in(path);
+// What an input is (JSON Lines or sacct text) and where its records start.
+struct Plan {
+  InputKind kind = InputKind::Json;
+  SacctColumns cols;
+  std::uint64_t header_lines = 0;  // lines before the first record (blank ones, sacct's header)
+  std::vector<std::pair<std::size_t, std::size_t>> chunks;  // byte ranges, each starting at a line
+};
+
+Plan plan(const Input& in, unsigned threads) {
+  Plan p;
   const std::size_t size = in.size();
   // The first non-blank line says what the input is: JSON, or sacct's header line.
   // Blank lines before it are skipped (and counted, for line numbers), however many.
   std::string window;
   std::size_t first = 0;  // where the first line that is not blank starts
-  std::uint64_t header_lines = 0;
   bool found = false;
   for (std::size_t at = 0; !found && at < size;) {
     const std::size_t to = std::min(size, at + (1 << 20));
-    const char* p = in.bytes(at, to, window);
+    const char* bytes = in.bytes(at, to, window);
     for (std::size_t i = 0; i < to - at && !found; ++i) {
-      if (p[i] == '\n') {
-        ++header_lines;
+      if (bytes[i] == '\n') {
+        ++p.header_lines;
         first = at + i + 1;
-      } else if (p[i] != ' ' && p[i] != '\t' && p[i] != '\r') {
+      } else if (bytes[i] != ' ' && bytes[i] != '\t' && bytes[i] != '\r') {
         found = true;
       }
     }
     at = to;
   }
-  if (!found) return;
+  if (!found) return p;
   std::string head_buffer;
   const std::size_t head_size = std::min<std::size_t>(size - first, 1 << 20);
   const std::string_view head(in.bytes(first, first + head_size, head_buffer), head_size);
   const std::string_view line = trim(head.substr(0, std::min(head.find('\n'), head.size())));
-  InputKind kind = InputKind::Json;
-  SacctColumns cols;
   std::size_t body = first;
   if (line[0] != '{') {
     if (line.find('|') == std::string_view::npos || line.find("JobID") == std::string_view::npos)
-      throw Error(Exit::DataErr, fmt::format("{}:{}: neither JSON Lines nor sacct -P text", in.name(), header_lines + 1),
+      throw Error(Exit::DataErr, fmt::format("{}:{}: neither JSON Lines nor sacct -P text", in.name(), p.header_lines + 1),
                   "rcost reads rkit.job.v1 and rkit.sample.v1 records, and `sacct -P` text with its header line");
-    cols = sacct_columns(line, fmt::format("{}:{}", in.name(), header_lines + 1));
-    kind = InputKind::Sacct;
+    p.cols = sacct_columns(line, fmt::format("{}:{}", in.name(), p.header_lines + 1));
+    p.kind = InputKind::Sacct;
     body = in.line_start_after(first);  // the line after the header
-    header_lines += 1;
+    p.header_lines += 1;
   }
   // Chunks of about 16 MiB (at least one per thread), each starting at a line.
   const std::size_t want = std::max<std::size_t>(threads, (size - std::min(body, size)) / (16u << 20) + 1);
-  std::vector<std::pair<std::size_t, std::size_t>> chunks;
   std::size_t from = std::min(body, size);
   for (std::size_t i = 1; i <= want && from < size; ++i) {
     const std::size_t to = i == want ? size : std::max(from, in.line_start_after(body + (size - body) / want * i - 1));
-    if (to > from) chunks.emplace_back(from, to);
+    if (to > from) p.chunks.emplace_back(from, to);
     from = to;
   }
-  std::vector<ChunkResult> results(chunks.size());
-  std::atomic<std::size_t> next{0};
-  std::atomic<bool> stop{false};
-  auto work = [&] {
-    for (std::size_t c; !stop && (c = next++) < chunks.size();) {
-      parse_chunk(in, kind, cols, opt, chunks[c].first, chunks[c].second, results[c]);
-      if (opt.strict && results[c].data.bad_count) stop = true;
-    }
-  };
-  std::vector<std::thread> pool;
-  for (unsigned t = 1; t < std::min<std::size_t>(threads, chunks.size()); ++t) pool.emplace_back(work);
-  work();
-  for (auto& t : pool) t.join();
-  // Line numbers: the lines before each chunk, then the chunk's own.
-  std::uint64_t line_base = header_lines;
-  for (ChunkResult& r : results) {
-    for (auto& [line, why] : r.bad) {
-      if (opt.strict) throw Error(Exit::DataErr, fmt::format("{}:{}: {}", in.name(), line_base + line, why),
-                                  "without --strict, bad records are counted and skipped");
-      if (all.bad.size() < kMaxBadKept) all.bad.push_back({fmt::format("{}:{}", in.name(), line_base + line), why});
-    }
-    line_base += r.lines_in_chunk;
-  }
-  merge(all, results, threads);
+  return p;
 }
 
 }  // namespace
@@ -319,11 +280,50 @@ const std::string& Dataset::job_id(std::size_t i) const {
   return i < ids.size() ? ids[i] : none;
 }
 
-Dataset read_inputs(const std::vector<std::string>& paths, const ReadOptions& opt) {
+Inputs::Inputs(const std::vector<std::string>& paths) {
+  for (const std::string& p : paths) inputs_.push_back(std::make_unique<Input>(p));
+}
+
+Inputs::~Inputs() = default;
+
+void Inputs::stream(const ReadOptions& opt, const Digest& digest, const Take& take, Dataset& totals) const {
   const unsigned threads = opt.threads ? opt.threads : std::max(1u, usable_cpus());
+  std::uint64_t seq = 0;
+  for (const auto& input : inputs_) {
+    const Input& in = *input;
+    const Plan p = plan(in, threads);
+    std::uint64_t line_base = p.header_lines;  // the lines before the chunk being taken
+    const std::uint64_t first_seq = seq;
+    seq += p.chunks.size();
+    ordered_parallel<ChunkResult>(
+        p.chunks.size(), threads, 2 * threads,
+        [&](std::size_t c, unsigned) {
+          ChunkResult r;
+          parse_chunk(in, p.kind, p.cols, opt, p.chunks[c].first, p.chunks[c].second, r);
+          if (digest && !(opt.strict && r.data.bad_count)) r.digest = digest(r.data, first_seq + c);
+          return r;
+        },
+        [&](std::size_t c, ChunkResult&& r) {
+          for (auto& [line, why] : r.bad) {
+            if (opt.strict) throw Error(Exit::DataErr, fmt::format("{}:{}: {}", in.name(), line_base + line, why),
+                                        "without --strict, bad records are counted and skipped");
+            if (totals.bad.size() < kMaxBadKept) totals.bad.push_back({fmt::format("{}:{}", in.name(), line_base + line), why});
+          }
+          line_base += r.lines_in_chunk;
+          totals.ignored += r.data.ignored;
+          totals.lines += r.data.lines;
+          totals.bad_count += r.data.bad_count;
+          take(r.data, std::move(r.digest), first_seq + c);
+        });
+  }
+}
+
+Dataset read_inputs(const Inputs& inputs, const ReadOptions& opt) {
   Dataset all;
-  for (const std::string& p : paths) read_one(p, opt, threads, all);
+  inputs.stream(opt, nullptr, [&](Dataset& chunk, std::unique_ptr<ChunkDigest>, std::uint64_t) { append(all, chunk); }, all);
   return all;
 }
+
+Dataset read_inputs(const std::vector<std::string>& paths, const ReadOptions& opt) { return read_inputs(Inputs(paths), opt); }
 
 }  // namespace rkit::rcost

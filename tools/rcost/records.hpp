@@ -2,8 +2,10 @@
 //
 // What rcost reads, in a compact form: jobs (rkit.job.v1 records, or `sacct -P`
 // text), utilisation samples (rkit.sample.v1), and the records it could not use.
-// Inputs are files or "-" (stdin); each input is read whole, then split at line
-// boundaries and parsed by several threads with simdjson.
+// Inputs are files or "-" (stdin, read whole); each is split into chunks of about
+// 16 MiB at line boundaries, parsed by several threads with simdjson. A report streams
+// the chunks (Inputs::stream: memory bounded by the chunks in flight, not the input);
+// read_inputs keeps every record.
 //
 //   rkit::rcost::ReadOptions opt;            // opt.threads, opt.slurm_backend, ...
 //   rkit::rcost::Dataset data = read_inputs({"jobs.jsonl", "-"}, opt);
@@ -15,7 +17,9 @@
 #include <cstdint>
 #include <limits>
 #include <map>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -31,6 +35,7 @@ class Strings {
  public:
   Strings() { id(""); }
   std::uint32_t id(std::string_view s);
+  std::optional<std::uint32_t> find(std::string_view s) const;  // the id, without adding s
   const std::string& name(std::uint32_t id) const { return names_[id]; }
   std::size_t size() const { return names_.size(); }
 
@@ -124,9 +129,45 @@ struct ReadOptions {
   bool ids = true, users = true, projects = true, states = true;
 };
 
+namespace detail {
+class Input;
+}
+
+// What a stream's worker made of one chunk, handed to its consumer (Inputs::stream).
+struct ChunkDigest {
+  virtual ~ChunkDigest() = default;
+};
+
+// The inputs of one report, opened once so that they can be read more than once
+// (a report with samples reads its jobs twice; standard input is read whole when
+// opened). Missing files throw Error(NoInput) here, unreadable ones Error(NoPerm).
+class Inputs {
+ public:
+  explicit Inputs(const std::vector<std::string>& paths);
+  ~Inputs();
+  Inputs(const Inputs&) = delete;
+  Inputs& operator=(const Inputs&) = delete;
+
+  // On a worker thread, as each chunk is parsed (several at once, in any order): the
+  // chunk (its own Strings) and its number among all the inputs' chunks, the same on
+  // every read of the same inputs with the same options.
+  using Digest = std::function<std::unique_ptr<ChunkDigest>(Dataset& chunk, std::uint64_t seq)>;
+  // On the calling thread, chunk by chunk in input order, with what digest made of it.
+  using Take = std::function<void(Dataset& chunk, std::unique_ptr<ChunkDigest> digest, std::uint64_t seq)>;
+  // Reads every input once: digest (may be empty) then take for each chunk. Bad
+  // records (the first kMaxBadKept, with file:line), bad_count, ignored and lines go
+  // into `totals`; with opt.strict the first bad record throws Error(DataErr). An
+  // exception from digest or take stops the read (every thread joined).
+  void stream(const ReadOptions& opt, const Digest& digest, const Take& take, Dataset& totals) const;
+
+ private:
+  std::vector<std::unique_ptr<detail::Input>> inputs_;
+};
+
 // Reads every input (a path or "-") into one Dataset. Missing files throw
 // Error(NoInput); with `strict`, a bad record throws Error(DataErr) naming file:line.
 Dataset read_inputs(const std::vector<std::string>& paths, const ReadOptions& opt);
+Dataset read_inputs(const Inputs& inputs, const ReadOptions& opt);
 
 // "2026-11-30T18:19:23" (sacct's local time) → Unix seconds; kNone for "Unknown",
 // "None", "" and text that is not a time.

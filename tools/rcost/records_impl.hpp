@@ -131,6 +131,7 @@ struct ChunkResult {
   Dataset data;
   std::vector<std::pair<std::uint64_t, std::string>> bad;  // (line within chunk, why)
   std::uint64_t lines_in_chunk = 0;                        // newline-terminated or not
+  std::unique_ptr<ChunkDigest> digest;                     // Inputs::stream's digest of it
 };
 
 enum class InputKind { Json, Sacct };

@@ -27,6 +27,7 @@
 
 #include "records.hpp"
 #include "rkit/prices.hpp"
+#include "waits.hpp"
 
 namespace rkit::rcost {
 
@@ -54,6 +55,10 @@ struct HostFacts {
   std::uint32_t model = 0;  // Strings id; 0 when no sample names one
   std::string backend;
 };
+// Jobs per (host, backend), string ids.
+using NodeBackends = std::map<std::pair<std::uint32_t, std::uint32_t>, std::uint64_t>;
+std::unordered_map<std::uint32_t, HostFacts> host_facts(const std::vector<Sample>& samples, const NodeBackends& jobs,
+                                                        const Strings& strings, const std::string& fallback_backend);
 std::unordered_map<std::uint32_t, HostFacts> host_facts(const Dataset& data, const std::string& fallback_backend);
 
 struct Row {
@@ -68,9 +73,9 @@ struct Row {
   double waste_cost = 0;
   double idle_cost = 0;  // this row's share of unallocated capacity
   double share = 0;      // of the report's total cost
-  std::vector<double> waits;  // queue waits, seconds, while the report is made
+  Waits waits;  // queue waits, seconds, while the report is made
   std::uint64_t wait_count = 0;
-  std::optional<double> wait_p50, wait_p90, wait_p99;  // seconds; linear between ranks (numpy's default)
+  std::optional<double> wait_p50, wait_p90, wait_p99;  // seconds; exact up to Waits::kExact waits, then within 0.5%
   std::optional<double> budget;
   bool idle_row = false;  // the "__idle__" row of a period (--share-idle none, or nobody to share with)
 
@@ -113,7 +118,12 @@ struct Report {
   std::vector<TenantBudget> budgets;  // every tenant with a budget, over the whole window
 };
 
+// The report of records in memory (aggregate.cpp).
 Report make_report(const Dataset& data, const ReportOptions& opt);
+// The report of `inputs` as they stream: memory bounded by the groups and samples, not
+// the jobs (the jobs of sampled hosts are read twice). Bad records, line and ignored
+// counts go into `totals`, as Inputs::stream says.
+Report stream_report(const Inputs& inputs, const ReadOptions& read, const ReportOptions& opt, Dataset& totals);
 
 // The hourly rates a job is billed at (effective and list), from the price sheet.
 struct Rates {
@@ -124,6 +134,8 @@ Rates job_rates(const PriceSheet& prices, const std::string& backend, const std:
 
 // Calendar helpers (UTC).
 inline constexpr double kDay = 86400;
+std::int64_t month_index(double unix_s);  // year × 12 + month from 0
+double month_start(std::int64_t month_index);
 std::pair<double, double> month_of(double unix_s);  // the month holding it: [start, end)
 std::string format_day(double unix_s);                // "2026-11-30"
 std::string format_month(double unix_s);              // "2026-11"

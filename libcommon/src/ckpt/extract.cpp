@@ -20,7 +20,7 @@
 
 #include "rkit/ckpt/archive.hpp"
 #include "rkit/ckpt/frame_codec.hpp"
-#include "rkit/ckpt/parallel.hpp"
+#include "rkit/parallel.hpp"
 #include "rkit/cpus.hpp"
 #include "rkit/error.hpp"
 #include "rkit/file.hpp"

@@ -1,10 +1,12 @@
-// File: rkit/ckpt/parallel.hpp
+// File: rkit/parallel.hpp
 //
 // An ordered pipeline: `threads` workers run work(i, worker) for i = 0..count-1, at
 // most `window` items ahead of the consumer, and the calling thread receives each
 // result in index order through consume(i, result). Memory stays bounded by the
-// window, output stays in order (archives are written sequentially) and the workers
-// keep every core busy.
+// window, output stays in order (rckpt writes archives sequentially; rcost sums an
+// input's chunks in input order, so that its figures do not depend on the threads)
+// and the workers keep every core busy. rkit's one worker pool: a tool that splits
+// work over threads uses this rather than its own.
 //
 //   ordered_parallel<Frame>(frames.size(), threads, 2 * threads,
 //       [&](std::size_t i, unsigned worker) { return encode(i, encoders[worker]); },
@@ -22,7 +24,7 @@
 #include <thread>
 #include <vector>
 
-namespace rkit::rckpt {
+namespace rkit {
 
 // Byte buffers handed from workers to the consumer and back, so that frame-sized
 // buffers are reused instead of faulted in afresh for every frame. Thread-safe.
@@ -114,4 +116,4 @@ void ordered_parallel(std::size_t count, unsigned threads, std::size_t window, W
   stop_all();
 }
 
-}  // namespace rkit::rckpt
+}  // namespace rkit
