@@ -3,7 +3,7 @@
 
   rcost_gen.py N SEED > jobs.jsonl
 
-Independent of rkit's C++ code: each line has the fields of tools/rsub/record.cpp in its
+Independent of rkit's C++ code: each line has the fields of tools/rsub/core/record.cpp in its
 order (head, spec fields, tail, alloc), numbers printed as nlohmann/json prints them
 (integers as integers, floats in their shortest round-trip form, as Python's repr).
 The same N and SEED give the same bytes: blocks of records are drawn from generators

@@ -199,6 +199,24 @@ kube_job() {
   assert_equal "$(rsub ls --all --json | wc -l)" 0
 }
 
+@test "an API server that times out on create: exit 69, the job kept under its Job's name, then followed" {
+  # A timeout, unlike a refused connection, may have created the Jobs: rsub keeps the job
+  # (its Job names are rsub's own), says so, and a later refresh finds it or marks it LOST.
+  touch "$FAKE_KUBE_DIR/slow"
+  run --separate-stderr rsub submit train.toml --backend gke
+  assert_equal "$status" 69
+  assert_one_line_stderr
+  [[ $stderr == *'cannot reach the API server'*'the Jobs may still have been created'*'kept as job 1'* ]]
+  rm "$FAKE_KUBE_DIR/slow"
+  run -0 rsub ls --all --json --cached
+  name=$(jq -r 'select(.id == "gke:" + .remote_id) | .remote_id' <<<"$output")
+  [[ $name =~ ^rsub-[0-9a-f]{8}-1-train$ ]]
+  # The API server had created it after all: the next refresh follows it.
+  kube_job "$name" '{"suspend": false}' '{"active": 4, "startTime": "2026-11-30T10:00:00Z"}'
+  run -0 rsub show "gke:$name" --json
+  jq -e '.state == "RUNNING"' <<<"$output"
+}
+
 @test "an unknown backend is a usage error naming the configured ones" {
   run --separate-stderr rsub --backend nosuch -- true
   assert_equal "$status" 64

@@ -1,8 +1,8 @@
 // rsub's Slurm backend without Slurm: sacct output parsed into job states, Slurm's state
 // names, and the sbatch script, whose retry and exit logic runs for real under /bin/sh
 // with a fake srun and scontrol.
-#include "remote.hpp"
-#include "daemon.hpp"
+#include "backends/remote.hpp"
+#include "daemon/daemon.hpp"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -252,6 +252,34 @@ Settings settings_of(const std::string& text) {
   c.path = "rkit.toml";
   c.table = parse_toml(text, c.path, Exit::Config);
   return load_settings(c);
+}
+
+// --- run_backend_command: what a kind decides on is typed, not read from rsub's message --
+
+TEST(RsubBackendCall, AnUnreachablePeerIsTypedWithWhatItsClientSaid) {
+  const BackendCall how{"slurm backend \"t\"", "Slurm", [](const std::string&) { return true; }, std::nullopt};
+  try {
+    run_backend_command(how, {"sh", "-c", "echo 'sh: error: Socket timed out on send/recv' >&2; exit 1"}, {}, {},
+                        0);
+    FAIL() << "no error";
+  } catch (const BackendUnreachable& e) {
+    EXPECT_EQ(e.code(), Exit::Unavailable);
+    EXPECT_FALSE(e.timed_out);
+    EXPECT_EQ(e.client_says, "Socket timed out on send/recv");
+    EXPECT_NE(std::string(e.what()).find("cannot reach Slurm"), std::string::npos) << e.what();
+  }
+}
+
+TEST(RsubBackendCall, AProgramThatCannotStartSentNothing) {
+  const BackendCall how{"slurm backend \"t\"", "Slurm", [](const std::string&) { return true; }, std::nullopt};
+  try {
+    run_backend_command(how, {"/no/such/sbatch"}, {}, {}, 0);
+    FAIL() << "no error";
+  } catch (const BackendUnreachable& e) {
+    FAIL() << "typed as unreachable: " << e.what();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Exit::Unavailable);
+  }
 }
 
 TEST(RsubBackendKinds, LocalFirstThenEachTableReadByItsKind) {

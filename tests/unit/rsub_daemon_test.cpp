@@ -6,9 +6,9 @@
 
 #include <algorithm>
 
-#include "daemon.hpp"
+#include "core/store.hpp"
+#include "daemon/daemon.hpp"
 #include "rkit/config.hpp"
-#include "store.hpp"
 #include "test_support.hpp"
 
 namespace rkit::rsub {

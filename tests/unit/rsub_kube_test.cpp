@@ -1,4 +1,4 @@
-#include "kube.hpp"
+#include "backends/kube.hpp"
 
 #include <gtest/gtest.h>
 #include <stdio.h>

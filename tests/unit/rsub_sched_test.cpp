@@ -1,7 +1,7 @@
 // rsub's scheduling pass: priority and fair share, gang placement, EASY backfill, quotas,
 // arrays, dependencies, holds and impossible jobs, on a synthetic 8-core machine
 // ("pack:1 numa:2 core:4 pu:2") with fake GPUs.
-#include "sched.hpp"
+#include "daemon/sched.hpp"
 
 #include <gtest/gtest.h>
 

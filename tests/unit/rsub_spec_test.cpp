@@ -1,4 +1,4 @@
-#include "spec.hpp"
+#include "core/spec.hpp"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>

@@ -10,9 +10,9 @@
 #include <set>
 #include <thread>
 
+#include "core/store.hpp"
 #include "rkit/error.hpp"
 #include "rkit/process.hpp"
-#include "store.hpp"
 #include "test_support.hpp"
 
 namespace rkit::rsub {

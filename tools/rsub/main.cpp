@@ -11,11 +11,11 @@
 #include <iostream>
 #include <string_view>
 
-#include "commands.hpp"
-#include "protocol.hpp"
-#include "rkit/file.hpp"
+#include "commands/commands.hpp"
+#include "daemon/protocol.hpp"
 #include "rkit/cli.hpp"
 #include "rkit/error.hpp"
+#include "rkit/file.hpp"
 #include "rkit/units.hpp"
 
 namespace {
@@ -205,8 +205,7 @@ int main(int argc, char** argv) {
         start_daemon(self_exe(), tool.config().path, settings.dir);
         return 0;
       }
-      if (run_daemon(settings, {once}) == 75)
-        throw Error(Exit::TempFail, "a daemon already runs for " + settings.dir);
+      run_daemon(settings, {once});
       return 0;
     }
     if (*fill_cmd || *pass_cmd || *cgroup_cmd) {  // benchmarks: the store itself, as its owner
