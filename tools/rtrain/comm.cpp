@@ -1,6 +1,7 @@
 // rtrain's communication layer: the worker environment, and a communicator that runs Gloo
 // collectives on one worker thread, met through rank 0's TcpStore (tcp_store.hpp; Debian's
-// Gloo has no TCP store).
+// Gloo has no TCP store). Gloo's device, rendezvous, calls and errors are rkit/gloo.hpp's,
+// shared with rbench's comm.gloo.
 #include "comm.hpp"
 
 #include <arpa/inet.h>
@@ -15,13 +16,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <gloo/allreduce.h>
-#include <gloo/barrier.h>
-#include <gloo/broadcast.h>
-#include <gloo/common/error.h>
-#include <gloo/math.h>
-#include <gloo/rendezvous/context.h>
-#include <gloo/transport/tcp/device.h>
+#include <gloo/context.h>
+#include <gloo/transport/device.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -38,6 +34,7 @@
 
 #include "rkit/error.hpp"
 #include "rkit/file.hpp"
+#include "rkit/gloo.hpp"
 
 namespace rkit::rtrain {
 
@@ -86,17 +83,6 @@ class SigpipeBlocked {
  private:
   sigset_t pipe_, old_;
 };
-
-// Gloo's error text without its "[file:line] " prefix, on one line.
-std::string gloo_reason(const char* what) {
-  std::string s = what;
-  if (!s.empty() && s[0] == '[') {
-    const auto close = s.find("] ");
-    if (close != std::string::npos) s.erase(0, close + 2);
-  }
-  std::replace(s.begin(), s.end(), '\n', ' ');
-  return s;
-}
 
 }  // namespace
 
@@ -158,7 +144,7 @@ struct Communicator::Worker {
   int rank = 0, world = 1;
   std::unique_ptr<TcpStore> store;
   std::shared_ptr<gloo::transport::Device> device;
-  std::shared_ptr<gloo::rendezvous::Context> context;
+  std::shared_ptr<gloo::Context> context;
 
   std::mutex mu;
   std::condition_variable cv;
@@ -203,11 +189,15 @@ struct Communicator::Worker {
 
   // "rank 0 of 2: allreduce #7 (bucket 1, 4096 floats) with rank 1: Connection closed by peer [10.0.0.2]:4711"
   // (the peer's rank is known for two ranks; else Gloo's message names its address).
-  Error failure(const Task& t, std::uint32_t tag, Exit code, const std::string& why) const {
+  // Gloo's failures (a peer gone, a timeout) are Unavailable; anything else is a bug.
+  Error failure(const Task& t, std::uint32_t tag, const std::exception* e) const {
     const std::string peer = world == 2 ? fmt::format(" with rank {}", 1 - rank) : "";
-    return Error(code, fmt::format("rank {} of {}: {} #{} ({}){}: {}", rank, world, t.op, tag, t.detail, peer, why),
-                 code == Exit::Unavailable ? "a peer rank exited, was killed, or stalled past the timeout; see its log"
-                                           : "");
+    const std::string what = fmt::format("rank {} of {}: {} #{} ({}){}", rank, world, t.op, tag, t.detail, peer);
+    if (!e) return Error(Exit::Software, what + ": unknown exception");
+    const Error err = gloo_error(*e, {Exit::Unavailable, Exit::Unavailable, Exit::Software}, what);
+    return Error(err.code(), err.what(),
+                 err.code() == Exit::Unavailable ? "a peer rank exited, was killed, or stalled past the timeout; see its log"
+                                                 : "");
   }
 
   void loop() {
@@ -237,12 +227,10 @@ struct Communicator::Worker {
         t.run(my_tag);
       } catch (const Error&) {
         failed = std::current_exception();
-      } catch (const gloo::Exception& e) {
-        failed = std::make_exception_ptr(failure(t, my_tag, Exit::Unavailable, gloo_reason(e.what())));
       } catch (const std::exception& e) {
-        failed = std::make_exception_ptr(failure(t, my_tag, Exit::Software, gloo_reason(e.what())));
+        failed = std::make_exception_ptr(failure(t, my_tag, &e));
       } catch (...) {
-        failed = std::make_exception_ptr(failure(t, my_tag, Exit::Software, "unknown exception"));
+        failed = std::make_exception_ptr(failure(t, my_tag, nullptr));
       }
       const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
       {
@@ -255,21 +243,6 @@ struct Communicator::Worker {
     }
   }
 };
-
-namespace {
-
-using ReduceFunc = void (*)(void*, const void*, const void*, std::size_t);
-
-template <typename T>
-void gloo_allreduce_sum(const std::shared_ptr<gloo::Context>& ctx, T* data, std::size_t n, std::uint32_t tag) {
-  gloo::AllreduceOptions opts(ctx);
-  opts.setOutput(data, n);
-  opts.setReduceFunction(static_cast<ReduceFunc>(&gloo::sum<T>));
-  opts.setTag(tag);
-  gloo::allreduce(opts);  // ring (the default): a fixed order of additions, the same result on every rank
-}
-
-}  // namespace
 
 std::unique_ptr<Communicator> Communicator::connect(const DistEnv& env, std::chrono::milliseconds timeout) {
   if (env.world < 1 || env.rank < 0 || env.rank >= env.world)
@@ -291,24 +264,10 @@ std::unique_ptr<Communicator> Communicator::connect(const DistEnv& env, std::chr
   try {
     w->store = std::make_unique<TcpStore>(env.master_addr, env.master_port, env.rank == 0, timeout,
                                           env.secret ? env.secret->key("workers") : kNoSecret);
-    gloo::transport::tcp::attr attr;
-    if (const char* iface = std::getenv("GLOO_SOCKET_IFNAME"); iface && *iface) {
-      attr.iface = iface;
-    } else if (is_loopback(env.master_addr)) {
-      attr.hostname = "127.0.0.1";
-    } else {
-      char name[256] = {};
-      if (::gethostname(name, sizeof name - 1) != 0) throw system_error("gethostname", errno);
-      attr.hostname = name;
-    }
-    w->device = gloo::transport::tcp::CreateDevice(attr);
-    w->context = std::make_shared<gloo::rendezvous::Context>(env.rank, env.world);
-    w->context->setTimeout(timeout);
-    w->context->connectFullMesh(*w->store, w->device);
-  } catch (const Error& e) {
-    throw Error(e.code(), fmt::format("{}: {}", where, e.what()), e.hint().empty() ? hint : e.hint());
-  } catch (const std::exception& e) {  // gloo::Exception, gloo::EnforceNotMet
-    throw Error(Exit::Unavailable, fmt::format("{}: {}", where, gloo_reason(e.what())), hint);
+    w->device = gloo_tcp_device({.honour_ifname = true, .local = is_loopback(env.master_addr)});
+    w->context = gloo_connect(*w->store, w->device, env.rank, env.world, timeout);
+  } catch (const std::exception& e) {  // rkit::Error (the store's), gloo::Exception, gloo::EnforceNotMet
+    throw gloo_error(e, {Exit::Unavailable, Exit::Unavailable, Exit::Unavailable}, where, hint);
   }
   w->thread = std::thread([wp = w.get()] { wp->loop(); });
   c->worker_ = std::move(w);
@@ -337,23 +296,13 @@ void Communicator::broadcast(void* data, std::size_t bytes, int root) {
   if (!worker_ || bytes == 0) return;
   std::shared_ptr<gloo::Context> ctx = worker_->context;
   worker_->run_blocking({"broadcast", fmt::format("{} bytes from rank {}", bytes, root),
-                         [ctx, data, bytes, root](std::uint32_t tag) {
-                           gloo::BroadcastOptions opts(ctx);
-                           opts.setOutput(static_cast<std::uint8_t*>(data), bytes);
-                           opts.setRoot(root);
-                           opts.setTag(tag);
-                           gloo::broadcast(opts);
-                         }});
+                         [ctx, data, bytes, root](std::uint32_t tag) { gloo_broadcast(ctx, data, bytes, root, tag); }});
 }
 
 void Communicator::barrier() {
   if (!worker_) return;
   std::shared_ptr<gloo::Context> ctx = worker_->context;
-  worker_->run_blocking({"barrier", "all ranks", [ctx](std::uint32_t tag) {
-                           gloo::BarrierOptions opts(ctx);
-                           opts.setTag(tag);
-                           gloo::barrier(opts);
-                         }});
+  worker_->run_blocking({"barrier", "all ranks", [ctx](std::uint32_t tag) { gloo_barrier(ctx, tag); }});
 }
 
 void Communicator::set_buckets(float* grads, std::vector<std::pair<std::size_t, std::size_t>> buckets, float scale) {

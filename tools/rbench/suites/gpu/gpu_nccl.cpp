@@ -1,5 +1,7 @@
 // Suite gpu.nccl: NCCL collectives across every visible GPU, from this one process, as
-// nccl-tests measures them (its size convention, bus bandwidth and #wrong).
+// nccl-tests measures them (its size convention, bus bandwidth and #wrong). What each
+// collective is (name, counts, bus factor, inputs, exact answers, the sweep) comes from
+// rkit/collectives.hpp, shared with comm.gloo; this file only runs them on NCCL.
 //
 // One communicator per GPU (ncclCommInitAll; a single GPU works too), float32 data.
 // Collectives: allreduce (sum), allgather, reduce_scatter (sum), broadcast (root 0),
@@ -10,17 +12,18 @@
 // kMinSampleBytes (at most kMaxCallsPerSample times), synchronises every stream, and
 // counts host wall-clock time, as nccl-tests does. "bytes" is nccl-tests' size: the
 // buffer of one rank for allreduce and broadcast, the whole gathered (or scattered)
-// buffer for allgather and reduce_scatter, one rank's send buffer for alltoall;
-// algbw = bytes / time, busbw = algbw x the bus factor: 2(n-1)/n for allreduce, (n-1)/n
-// for allgather, reduce_scatter and alltoall, 1 for broadcast (so one GPU has a busbw
-// of 0 but for broadcast). The metric is busbw in GB/s.
-// Check: rank r's input element i is ((7r + i) mod 13) - 6, small integers whose sums are
-// exact in float; after the timed runs every output element of every rank is compared
-// with the exact answer and the wrong ones are counted (the output is first filled
-// with NaNs). Peak: behind NVSwitches the fewer NVLinks of any GPU x the per-link rate,
-// two GPUs joined directly: their NVLinks, no NVLink at all: the slowest PCIe link; none
-// for allreduce and reduce_scatter behind NVSwitches, which can reduce in the switch
-// (NVLink SHARP) and then exceed it. Params name the GPUs by PCI bus id and name, in
+// buffer for allgather and reduce_scatter, one rank's send buffer for alltoall (a
+// rank's block rounded down to 16 bytes, as nccl-tests); algbw = bytes / time, busbw =
+// algbw x the bus factor: 2(n-1)/n for allreduce, (n-1)/n for allgather, reduce_scatter
+// and alltoall, 1 for broadcast (so one GPU has a busbw of 0 but for broadcast). The
+// metric is busbw in GB/s.
+// Check: rank r's input is collective_input(r, i, kCheckSeed), small integers whose sums
+// are exact in float; after the timed runs every output element of every rank is
+// compared with the exact answer (expected_result) and the wrong ones are counted (the
+// output is first filled with NaNs). Peak: behind NVSwitches the fewer NVLinks of any
+// GPU x the per-link rate, two GPUs joined directly: their NVLinks, no NVLink at all:
+// the slowest PCIe link; none for allreduce and reduce_scatter behind NVSwitches, which
+// can reduce in the switch (NVLink SHARP) and then exceed it. Params name the GPUs by PCI bus id and name, in
 // rank order (rank r is CUDA device r).
 //
 // Communicators end as NCCL asks of one thread holding several: ncclCommFinalize of
@@ -41,6 +44,7 @@
 
 #include "gpu_runtime.hpp"
 #include "gpu_specs.hpp"
+#include "rkit/collectives.hpp"
 #include "rkit/error.hpp"
 #include "rkit/interrupt.hpp"
 #include "rkit/units.hpp"
@@ -71,75 +75,6 @@ void nccl_check(ncclResult_t rc, std::string_view what) {
   const char* last = ncclGetLastError(nullptr);
   throw Error(unavailable ? Exit::Unavailable : Exit::Software,
               fmt::format("{}: {}{}{}", what, ncclGetErrorString(rc), last && *last ? ": " : "", last ? last : ""));
-}
-
-// Rank r's input element i.
-float input_value(int rank, std::size_t i) {
-  return static_cast<float>(static_cast<int>((7 * static_cast<std::size_t>(rank) + i) % 13) - 6);
-}
-// The sum over ranks 0..n-1 of input element i, which depends on i mod 13 only:
-// sums[i % 13]. Integers below 2^24: exact in float whatever the order of the adds.
-struct RankSums {
-  float sums[13] = {};
-  explicit RankSums(int n) {
-    for (std::size_t i = 0; i < 13; ++i)
-      for (int r = 0; r < n; ++r) sums[i] += input_value(r, i);
-  }
-  float operator()(std::size_t i) const { return sums[i % 13]; }
-};
-
-enum class Kind { AllReduce, AllGather, ReduceScatter, Broadcast, AllToAll };
-
-struct Collective {
-  const char* name;
-  Kind kind;
-};
-const Collective kCollectives[] = {{"allreduce", Kind::AllReduce},
-                                   {"allgather", Kind::AllGather},
-                                   {"reduce_scatter", Kind::ReduceScatter},
-                                   {"broadcast", Kind::Broadcast},
-                                   {"alltoall", Kind::AllToAll}};
-
-double bus_factor(Kind kind, int n) {
-  switch (kind) {
-    case Kind::AllReduce: return 2.0 * (n - 1) / n;
-    case Kind::AllGather:
-    case Kind::ReduceScatter:
-    case Kind::AllToAll: return static_cast<double>(n - 1) / n;
-    case Kind::Broadcast: return 1;
-  }
-  return 0;
-}
-
-// Element counts for nccl-tests' size `bytes`: what each rank sends and receives, and
-// the count the NCCL call takes; `used_bytes` the size that results (rounded down).
-struct Counts {
-  std::size_t send = 0, recv = 0, call = 0, used_bytes = 0;
-};
-Counts counts_for(Kind kind, std::size_t bytes, int n) {
-  const std::size_t elems = bytes / sizeof(float), per_rank = elems / static_cast<std::size_t>(n);
-  const std::size_t un = static_cast<std::size_t>(n);
-  switch (kind) {
-    case Kind::AllReduce:
-    case Kind::Broadcast: return {elems, elems, elems, elems * sizeof(float)};
-    case Kind::AllGather: return {per_rank, per_rank * un, per_rank, per_rank * un * sizeof(float)};
-    case Kind::ReduceScatter: return {per_rank * un, per_rank, per_rank, per_rank * un * sizeof(float)};
-    case Kind::AllToAll: return {per_rank * un, per_rank * un, per_rank, per_rank * un * sizeof(float)};
-  }
-  return {};
-}
-
-// Rank r's correct output element i.
-float expected_value(Kind kind, const RankSums& sum_over_ranks, int rank, std::size_t i, const Counts& c) {
-  switch (kind) {
-    case Kind::AllReduce: return sum_over_ranks(i);
-    case Kind::Broadcast: return input_value(0, i);
-    case Kind::AllGather: return input_value(static_cast<int>(i / c.call), i % c.call);
-    case Kind::ReduceScatter: return sum_over_ranks(static_cast<std::size_t>(rank) * c.call + i);
-    case Kind::AllToAll:  // chunk j came from rank j: its chunk for this rank
-      return input_value(static_cast<int>(i / c.call), static_cast<std::size_t>(rank) * c.call + i % c.call);
-  }
-  return 0;
 }
 
 // ncclGroupStart now, ncclGroupEnd in end() or, should an exception leave the group
@@ -278,8 +213,8 @@ LinkPeak link_peak(const std::vector<CudaDevice>& devs) {
 // and receives the reduced result once, and the bus bandwidth (counted as if the ranks
 // exchanged partial sums) exceeds the links' rate (~480 GB/s for allreduce on an H100
 // HGX, whose links carry 450).
-Peak collective_peak(Kind kind, const LinkPeak& links) {
-  if (links.nvswitch && (kind == Kind::AllReduce || kind == Kind::ReduceScatter))
+Peak collective_peak(Collective kind, const LinkPeak& links) {
+  if (links.nvswitch && (kind == Collective::Allreduce || kind == Collective::ReduceScatter))
     return {std::nullopt,
             "unknown: behind NVSwitches NCCL may reduce in the switch (NVLink SHARP), and the bus bandwidth "
             "then exceeds the links' (" +
@@ -289,10 +224,8 @@ Peak collective_peak(Kind kind, const LinkPeak& links) {
 
 std::vector<Measurement> run_collectives(const RunOptions& opt, const Progress& progress) {
   const int n = cuda_device_count();
-  const std::vector<std::size_t> sizes = opt.quick
-                                             ? std::vector<std::size_t>{std::size_t{1} << 20, std::size_t{64} << 20}
-                                             : std::vector<std::size_t>{std::size_t{256} << 10, std::size_t{4} << 20,
-                                                                        std::size_t{64} << 20, std::size_t{512} << 20};
+  const std::vector<std::uint64_t> sizes =
+      opt.quick ? size_sweep(1ull << 20, 64ull << 20, 64) : size_sweep(256ull << 10, 512ull << 20, 16);
   const std::size_t max_bytes = *std::max_element(sizes.begin(), sizes.end());
   const std::size_t max_elems = max_bytes / sizeof(float);
 
@@ -308,8 +241,7 @@ std::vector<Measurement> run_collectives(const RunOptions& opt, const Progress& 
     comms.ranks[static_cast<std::size_t>(r)].device = r;
     comms.ranks[static_cast<std::size_t>(r)].comm = handles[static_cast<std::size_t>(r)];
   }
-  const RankSums sums(n);
-  std::vector<float> host(max_elems);
+  std::vector<float> host(max_elems), want(max_elems);  // a rank's result, and the exact one
   for (int r = 0; r < n; ++r) {
     Rank& rank = comms.ranks[static_cast<std::size_t>(r)];
     DeviceSelection on(r);
@@ -318,7 +250,7 @@ std::vector<Measurement> run_collectives(const RunOptions& opt, const Progress& 
     rank.send = std::make_unique<DeviceMemory>(max_bytes);
     rank.recv = std::make_unique<DeviceMemory>(max_bytes);
     // Every collective and size reads a prefix of the same input.
-    for (std::size_t i = 0; i < max_elems; ++i) host[i] = input_value(r, i);
+    fill_collective_input(static_cast<unsigned>(r), kCheckSeed, host.data(), max_elems);
     copy_and_wait(rank.send->get(), host.data(), max_bytes, cudaMemcpyHostToDevice, rank.stream->get());
   }
   const LinkPeak links = link_peak(devs);
@@ -333,11 +265,13 @@ std::vector<Measurement> run_collectives(const RunOptions& opt, const Progress& 
     for (Rank& rank : comms.ranks) rank.stream->synchronize();
   };
   std::vector<Measurement> out;
-  for (const Collective& coll : kCollectives) {
-    for (std::size_t size : sizes) {
-      const Counts c = counts_for(coll.kind, size, n);
-      if (c.used_bytes == 0) continue;
-      if (progress) progress(fmt::format("gpu.nccl {} {} x {} GPUs", coll.name, format_bytes(c.used_bytes), n));
+  const auto ranks = static_cast<unsigned>(n);
+  for (Collective coll : kAllCollectives) {
+    const char* name = collective_name(coll);
+    for (std::uint64_t size : sizes) {
+      const CollectiveCounts c = collective_counts(coll, size, ranks);
+      if (c.bytes == 0) continue;
+      if (progress) progress(fmt::format("gpu.nccl {} {} x {} GPUs", name, format_bytes(c.bytes), n));
       for (Rank& rank : comms.ranks) {  // NaN everywhere, so that an output never written is wrong
         DeviceSelection on(rank.device);
         cuda_check(cudaMemsetAsync(rank.recv->get(), 0xff, c.recv * sizeof(float), rank.stream->get()),
@@ -350,54 +284,59 @@ std::vector<Measurement> run_collectives(const RunOptions& opt, const Progress& 
           const void* in = rank.send->get();
           void* result = rank.recv->get();
           cudaStream_t s = rank.stream->get();
-          switch (coll.kind) {
-            case Kind::AllReduce:
-              nccl_check(ncclAllReduce(in, result, c.call, ncclFloat, ncclSum, rank.comm, s), "ncclAllReduce");
+          switch (coll) {
+            case Collective::Allreduce:
+              nccl_check(ncclAllReduce(in, result, c.param, ncclFloat, ncclSum, rank.comm, s), "ncclAllReduce");
               break;
-            case Kind::AllGather:
-              nccl_check(ncclAllGather(in, result, c.call, ncclFloat, rank.comm, s), "ncclAllGather");
+            case Collective::Allgather:
+              nccl_check(ncclAllGather(in, result, c.param, ncclFloat, rank.comm, s), "ncclAllGather");
               break;
-            case Kind::ReduceScatter:
-              nccl_check(ncclReduceScatter(in, result, c.call, ncclFloat, ncclSum, rank.comm, s), "ncclReduceScatter");
+            case Collective::ReduceScatter:
+              nccl_check(ncclReduceScatter(in, result, c.param, ncclFloat, ncclSum, rank.comm, s), "ncclReduceScatter");
               break;
-            case Kind::Broadcast:
-              nccl_check(ncclBroadcast(in, result, c.call, ncclFloat, 0, rank.comm, s), "ncclBroadcast");
+            case Collective::Broadcast:
+              nccl_check(ncclBroadcast(in, result, c.param, ncclFloat, 0, rank.comm, s), "ncclBroadcast");
               break;
-            case Kind::AllToAll: alltoall(rank, n, c.call, s); break;
+            case Collective::Alltoall: alltoall(rank, n, c.param, s); break;
           }
         }
         group.end();
       };
-      const int calls = std::clamp(static_cast<int>(std::ceil(kMinSampleBytes / static_cast<double>(c.used_bytes))), 1,
+      const int calls = std::clamp(static_cast<int>(std::ceil(kMinSampleBytes / static_cast<double>(c.bytes))), 1,
                                    kMaxCallsPerSample);
-      const double factor = bus_factor(coll.kind, n);
+      const double factor = busbw_factor(coll, ranks);
       Measurement m;
-      m.metric = coll.name;
+      m.metric = name;
       m.unit = "GB/s";
-      m.params = {{"bytes", c.used_bytes},    {"ranks", n}, {"dtype", "float32"}, {"busbw_factor", factor},
+      m.params = {{"bytes", c.bytes},         {"ranks", n}, {"dtype", "float32"}, {"busbw_factor", factor},
                   {"device_bus_ids", bus_ids}, {"device_names", names}};
-      if (coll.kind == Kind::AllToAll) m.params["nccl_call"] = have_alltoall() ? "ncclAlltoAll" : "ncclSend/ncclRecv";
+      if (coll == Collective::Alltoall) m.params["nccl_call"] = have_alltoall() ? "ncclAlltoAll" : "ncclSend/ncclRecv";
       for (int rep = 0; rep < opt.warmup + opt.reps; ++rep) {
         check_interrupted();
         const auto start = std::chrono::steady_clock::now();
         for (int i = 0; i < calls; ++i) launch();
         synchronize_all();
         const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / calls;
-        if (rep >= opt.warmup) m.samples.push_back(static_cast<double>(c.used_bytes) / seconds * factor / 1e9);
+        if (rep >= opt.warmup) m.samples.push_back(static_cast<double>(c.bytes) / seconds * factor / 1e9);
       }
 
-      std::size_t wrong = 0;
+      // The exact answer once for all ranks where it is the same on each: a sum over
+      // 8 ranks of 512 MiB is ~2 s of hashing on one core.
+      const bool shared = same_result_on_every_rank(coll);
+      if (shared) expected_result(coll, 0, ranks, c, kCheckSeed, 0, c.recv, want.data());
+      std::uint64_t wrong = 0;
       for (Rank& rank : comms.ranks) {
         DeviceSelection on(rank.device);
         copy_and_wait(host.data(), rank.recv->get(), c.recv * sizeof(float), cudaMemcpyDeviceToHost,
                       rank.stream->get());
-        for (std::size_t i = 0; i < c.recv; ++i)
-          wrong += !(host[i] == expected_value(coll.kind, sums, rank.device, i, c));
+        if (!shared)
+          expected_result(coll, static_cast<unsigned>(rank.device), ranks, c, kCheckSeed, 0, c.recv, want.data());
+        for (std::size_t i = 0; i < c.recv; ++i) wrong += !(host[i] == want[i]);  // NaN differs from everything
       }
       m.correct = wrong == 0;
       m.check = fmt::format("every output element of every rank equals the exact answer: #wrong {} of {}", wrong,
                             c.recv * static_cast<std::size_t>(n));
-      const Peak peak = collective_peak(coll.kind, links);
+      const Peak peak = collective_peak(coll, links);
       m.peak = n > 1 ? peak.value : std::nullopt;
       m.peak_source = peak.source;
       out.push_back(std::move(m));
