@@ -8,24 +8,6 @@
 
 namespace rkit {
 
-std::string html_escape(std::string_view s) {
-  std::string out;
-  out.reserve(s.size() + s.size() / 8);
-  for (char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\n') out += "\uFFFD";
-        else out += c;
-    }
-  }
-  return out;
-}
-
 namespace svg {
 
 std::string px(double v) { return fmt::format("{:.1f}", v); }

@@ -9,7 +9,7 @@
 //   - bandwidth against message size for the collective suites (comm.*, gpu.nccl);
 //   - a table of every result and one of the hosts they ran on.
 // Charts appear only for what the records hold; what could not be drawn is said on the
-// page (and in Report::notes). Every text taken from a record is escaped.
+// page (and in Report::notes). Every text taken from a record is escaped (rkit/html.hpp).
 //
 //   std::vector<ResultsFile> files{{"results.jsonl", read_bench_records("results.jsonl")}};
 //   Report r = html_report(files);     // r.html: the page; r.charts: how many <svg> charts
@@ -18,7 +18,6 @@
 
 #include <optional>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "rkit/jsonl.hpp"
@@ -40,11 +39,6 @@ struct Report {
 // nothing, and gives the same page for the same records. Throws Error(DataErr) when the
 // files hold no record at all.
 Report html_report(const std::vector<ResultsFile>& files);
-
-// Text made safe for HTML and XML, in element content and in quoted attributes:
-// & < > " ' become entities; control characters other than tab and newline, which XML
-// forbids even as entities, become U+FFFD.
-std::string html_escape(std::string_view text);
 
 // Arithmetic intensity of a matrix-multiply record in FLOP per byte: 2·m·n·k over the
 // bytes of A and B read and C written, (m·k + k·n)·ab_bytes + m·n·c_bytes.

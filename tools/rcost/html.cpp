@@ -1,6 +1,7 @@
 // File: tools/rcost/html.cpp — the report as one self-contained HTML page (output.hpp).
 //
-// Inline CSS and SVG (rkit/svg.hpp, the writer rbench's page uses), no script, nothing
+// Inline CSS, SVG and tables (rkit/svg.hpp, rkit/html.hpp: the writers rbench's page
+// uses), no script, nothing
 // fetched (a Content-Security-Policy forbids it). Every text from the records is
 // escaped. The page holds:
 //   - cost by tenant over time: bars per day (per month over windows of more than 92
@@ -21,23 +22,16 @@
 #include <set>
 
 #include "output.hpp"
+#include "rkit/html.hpp"
 #include "rkit/svg.hpp"
 #include "rkit/units.hpp"
-#include "rkit/version.hpp"
 
 namespace rkit::rcost {
 
 namespace {
 
-using svg::fit_text;
-using svg::kAxis;
-using svg::kFontPx;
-using svg::kGrid;
-using svg::kInk;
-using svg::kPalette;
-using svg::LinearScale;
-using svg::linear_ticks;
-using svg::text_width;
+// The chart writer and its palette are shared with rbench's page (rkit/svg.hpp).
+using namespace svg;
 
 constexpr double kChartWidth = 900;
 constexpr double kMonthlyOver = 92 * kDay;  // longer windows are drawn by month
@@ -203,7 +197,6 @@ std::string waste_chart(const std::vector<const Row*>& rows, const std::string& 
 
 // What rbench's page does not have (the rest is rkit::kPageStyle).
 constexpr const char* kStyle = R"(
-td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 tr.over td { color: #d62728; font-weight: 600; }
 tr.total td { font-weight: 600; border-top: 2px solid #ccc; }
 )";
@@ -231,13 +224,8 @@ class Page {
 
   std::string render() const {
     const Report& r = tenants_;
-    std::string h;
-    h += "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n";
-    // Nothing may be fetched: the page is all there is.
-    h += "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">\n";
-    h += "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n";
-    h += "<title>" + esc(fmt::format("rcost report: {} to {}", format_day(r.since), format_day(r.until))) + "</title>\n";
-    h += "<style>" + std::string(kPageStyle) + kStyle + "</style>\n</head>\n<body>\n<main>\n";
+    std::string h =
+        html_page_start(fmt::format("rcost report: {} to {}", format_day(r.since), format_day(r.until)), kStyle);
     h += "<h1>rcost report</h1>\n" + summary();
     h += "<nav><a href=\"#cost\">Cost over time</a><a href=\"#utilisation\">Utilisation</a><a href=\"#waste\">Waste</a>"
          "<a href=\"#tenants\">By tenant</a></nav>\n";
@@ -245,9 +233,7 @@ class Page {
     h += "<section id=\"utilisation\">\n<h2>Utilisation of the sampled capacity</h2>\n" + utilisation() + "</section>\n";
     h += "<section id=\"waste\">\n<h2>Waste by tenant</h2>\n" + waste() + "</section>\n";
     h += "<section id=\"tenants\">\n<h2>By tenant</h2>\n" + tenant_table() + "</section>\n";
-    h += "<p class=\"lead\">Made by " + esc(fmt::format("rcost {} (git {})", kVersion, kGitRevision)) + ".</p>\n";
-    h += "</main>\n</body>\n</html>\n";
-    return h;
+    return h + html_page_end("rcost");
   }
 
  private:
@@ -415,29 +401,35 @@ class Page {
   std::string tenant_table() const {
     const Report& r = tenants_;
     const bool budgets = std::any_of(r.rows.begin(), r.rows.end(), [](const Row& row) { return row.budget.has_value(); });
-    std::string h = "<table>\n<thead><tr><th>tenant</th>";
+    std::vector<HtmlColumn> columns = {{"tenant"}};
     for (const char* c : {"jobs", "GPU-h", "core-h", "cost", "GPU idle-h", "waste", "idle share", "total", "share",
                           "wait p50", "wait p90"})
-      h += std::string("<th class=\"num\">") + c + "</th>";
-    if (budgets) h += "<th class=\"num\">budget</th><th>over</th>";
-    h += "</tr></thead>\n<tbody>\n";
-    auto row_html = [&](const Row& row, const std::string& name, const char* cls) {
+      columns.push_back({c, "num"});
+    if (budgets) columns.insert(columns.end(), {{"budget", "num"}, {"over"}});
+    HtmlTable table(std::move(columns));
+    auto add = [&](const Row& row, const std::string& name, const char* cls) {
       const bool over = row.budget && row.total_cost() > *row.budget;
-      std::string line = fmt::format("<tr{}><td>{}</td>", over ? " class=\"over\"" : cls, esc(name));
-      for (const std::string& v : {fmt::format("{}", row.jobs), hours(row.gpu_hours), hours(row.core_hours), money(row.cost),
-                                   hours(row.gpu_idle_hours()), money(row.waste_cost), money(row.idle_cost),
-                                   money(row.total_cost()), percent(row.share), wait_cell(row.wait_p50),
-                                   wait_cell(row.wait_p90)})
-        line += "<td class=\"num\">" + esc(v) + "</td>";
-      if (budgets)
-        line += "<td class=\"num\">" + (row.budget ? esc(money(*row.budget)) : std::string("-")) + "</td><td>" +
-                (row.budget ? (over ? "OVER" : "ok") : "-") + "</td>";
-      return line + "</tr>\n";
+      std::vector<HtmlCell> cells = {name,
+                                     fmt::format("{}", row.jobs),
+                                     hours(row.gpu_hours),
+                                     hours(row.core_hours),
+                                     money(row.cost),
+                                     hours(row.gpu_idle_hours()),
+                                     money(row.waste_cost),
+                                     money(row.idle_cost),
+                                     money(row.total_cost()),
+                                     percent(row.share),
+                                     wait_cell(row.wait_p50),
+                                     wait_cell(row.wait_p90)};
+      if (budgets) {
+        cells.emplace_back(row.budget ? money(*row.budget) : "-");
+        cells.emplace_back(row.budget ? (over ? "OVER" : "ok") : "-");
+      }
+      table.row(cells, over ? "over" : cls);
     };
-    for (const Row& row : r.rows)
-      h += row_html(row, row.idle_row ? "unallocated capacity" : tenant_name(row.keys[0]), "");
-    h += row_html(r.total, "TOTAL", " class=\"total\"");
-    h += "</tbody>\n</table>\n";
+    for (const Row& row : r.rows) add(row, row.idle_row ? "unallocated capacity" : tenant_name(row.keys[0]), "");
+    add(r.total, "TOTAL", "total");
+    std::string h = table.str();
     h += "<p class=\"lead\">" +
          esc(fmt::format("Money in {}. GPU-h and core-h are held (allocated) hours; waste prices the allocated idle "
                          "part; idle share is the tenant's part of unallocated capacity; total = cost + idle share.",

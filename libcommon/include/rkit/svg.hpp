@@ -3,7 +3,8 @@
 // The SVG charts of rkit's HTML reports (rbench report --html, rcost report --format
 // html): one writer, so that every page draws with the same fonts, colours and
 // escaping. A chart is built element by element, then written as one <svg> element
-// that is well-formed XML on its own (every text is escaped here).
+// that is well-formed XML on its own (every text is escaped here, with rkit/html.hpp's
+// html_escape). The page around the charts, its style sheet and tables: rkit/html.hpp.
 //
 //   rkit::Svg svg(900, 300, "bars", "GPU-hours by tenant");   // data-kind, aria-label
 //   rkit::svg::LinearScale ys{0, 100, 260, 20};                 // domain → pixels
@@ -21,13 +22,9 @@
 #include <utility>
 #include <vector>
 
+#include "rkit/html.hpp"  // html_escape: every text of a chart is escaped
+
 namespace rkit {
-
-// Text made safe for HTML and XML, in element content and in quoted attributes:
-// & < > " ' become entities; control characters other than tab and newline, which XML
-// forbids even as entities, become U+FFFD. UTF-8 passes through.
-std::string html_escape(std::string_view text);
-
 namespace svg {
 
 // Tableau 10, less its red: red is kept for what failed or is over a limit.
@@ -96,24 +93,5 @@ class Svg {
   double width_, height_;
   std::string kind_, label_, body_;
 };
-
-// The style sheet rbench's and rcost's report pages share (each adds its own rules).
-inline constexpr const char* kPageStyle = R"(
-body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif; color: #222;
-       background: #fafafa; margin: 0; }
-main { max-width: 960px; margin: 0 auto; padding: 16px 24px 48px; background: #fff; }
-h1 { font-size: 1.6em; margin: 0.4em 0 0.2em; }
-h2 { font-size: 1.25em; margin: 1.6em 0 0.4em; border-bottom: 1px solid #ddd; padding-bottom: 0.2em; }
-p.lead { color: #444; margin: 0.2em 0; }
-nav a { margin-right: 1em; }
-figure { margin: 1em 0 1.6em; }
-figcaption { margin-bottom: 0.3em; }
-svg.chart { display: block; max-width: 100%; height: auto; border: 1px solid #eee; }
-.note { background: #fff8e1; border-left: 4px solid #f2b01e; padding: 0.5em 0.8em; margin: 0.6em 0; }
-.key { display: inline-block; width: 1.6em; height: 0.7em; vertical-align: middle; margin: 0 0.35em 0 0.2em; }
-table { border-collapse: collapse; font-size: 0.85em; width: 100%; }
-th, td { border-bottom: 1px solid #e4e4e4; padding: 3px 6px; text-align: left; vertical-align: top; }
-th { background: #f3f3f3; }
-)";
 
 }  // namespace rkit
