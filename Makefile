@@ -8,6 +8,7 @@
 #   make gpu-check  build with CUDA and run the checks that need a real GPU
 #   make fuzz       fuzz the parsers with libFuzzer for FUZZ_SECONDS each (clang)
 #   make deps       install the Debian packages the above need (root)
+#   make format     lay out every C++ and CUDA file as .clang-format says (make test checks it)
 
 PREFIX ?= /usr/local
 BUILD ?= build
@@ -18,7 +19,7 @@ MAKEFLAGS += --no-print-directory
 
 SHELL := /bin/bash
 
-.PHONY: all build deps test demo bench install package gpu-check fuzz completions clean
+.PHONY: all build deps test demo bench install package gpu-check fuzz completions format clean
 
 all: build
 
@@ -85,6 +86,9 @@ completions: build
 	  $$t/$$n --print-completion bash > completions/bash/$$n; \
 	  $$t/$$n --print-completion zsh > completions/zsh/_$$n; \
 	  $$t/$$n --print-completion fish > completions/fish/$$n.fish; done
+
+format:
+	@git ls-files '*.cpp' '*.hpp' '*.cu' '*.cuh' '*.h' | xargs clang-format -i
 
 clean:
 	@rm -rf $(BUILD) dist

@@ -125,9 +125,7 @@ constexpr unsigned kTileColumns = 32, kRowThreads = 8;
 constexpr std::size_t kRowsPerChunk = 256;
 constexpr std::size_t kMaxChunks = 65535;  // gridDim.y
 
-std::size_t rows_per_chunk(std::size_t m) {
-  return std::max(kRowsPerChunk, (m + kMaxChunks - 1) / kMaxChunks);
-}
+std::size_t rows_per_chunk(std::size_t m) { return std::max(kRowsPerChunk, (m + kMaxChunks - 1) / kMaxChunks); }
 
 template <Activation kAct>
 __global__ void backward_kernel(std::size_t m, std::size_t n, std::size_t chunk_rows, const float* z, const float* dy,
@@ -190,8 +188,8 @@ cudaError_t launch_backward(std::size_t m, std::size_t n, const float* z, const 
 
 // Block b's sum of (pred - target)^2 into partial[b] (or *out with one block); dpred as
 // the reference computes it.
-__global__ void mse_kernel(std::size_t count, const float* pred, const float* target, double twice_scale,
-                           float* dpred, double* partial, double* out) {
+__global__ void mse_kernel(std::size_t count, const float* pred, const float* target, double twice_scale, float* dpred,
+                           double* partial, double* out) {
   __shared__ double scratch[kThreads];
   double sum = 0;
   for (std::size_t at = first_index(); at < count; at += grid_stride()) {
@@ -269,27 +267,21 @@ cudaError_t bias_act_forward(Activation act, std::size_t m, std::size_t n, const
                              cudaStream_t stream) {
   if (m == 0 || n == 0) return cudaSuccess;
   switch (act) {
-    case Activation::Identity:
-      return launch_forward<Activation::Identity>(m, n, bias, z, y, stream);
-    case Activation::Relu:
-      return launch_forward<Activation::Relu>(m, n, bias, z, y, stream);
-    case Activation::Gelu:
-      return launch_forward<Activation::Gelu>(m, n, bias, z, y, stream);
+    case Activation::Identity: return launch_forward<Activation::Identity>(m, n, bias, z, y, stream);
+    case Activation::Relu: return launch_forward<Activation::Relu>(m, n, bias, z, y, stream);
+    case Activation::Gelu: return launch_forward<Activation::Gelu>(m, n, bias, z, y, stream);
   }
   return cudaErrorInvalidValue;
 }
 
-cudaError_t bias_act_backward(Activation act, std::size_t m, std::size_t n, const float* z, const float* dy,
-                              float* dz, float* dbias, cudaStream_t stream) {
+cudaError_t bias_act_backward(Activation act, std::size_t m, std::size_t n, const float* z, const float* dy, float* dz,
+                              float* dbias, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   if (m == 0) return cudaMemsetAsync(dbias, 0, n * sizeof(float), stream);  // empty sums
   switch (act) {
-    case Activation::Identity:
-      return launch_backward<Activation::Identity>(m, n, z, dy, dz, dbias, stream);
-    case Activation::Relu:
-      return launch_backward<Activation::Relu>(m, n, z, dy, dz, dbias, stream);
-    case Activation::Gelu:
-      return launch_backward<Activation::Gelu>(m, n, z, dy, dz, dbias, stream);
+    case Activation::Identity: return launch_backward<Activation::Identity>(m, n, z, dy, dz, dbias, stream);
+    case Activation::Relu: return launch_backward<Activation::Relu>(m, n, z, dy, dz, dbias, stream);
+    case Activation::Gelu: return launch_backward<Activation::Gelu>(m, n, z, dy, dz, dbias, stream);
   }
   return cudaErrorInvalidValue;
 }

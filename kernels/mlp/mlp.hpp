@@ -89,8 +89,8 @@ double sum_squares_cpu(std::size_t n, const float* x);
 // float operation by operation, left to right, as PyTorch's CPU kernels do.
 struct AdamwStep {
   float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.01f, grad_scale = 1.0f;
-  float step_size = 0;     // lr / (1 - beta1^step)
-  float bias2_sqrt = 1;    // sqrt(1 - beta2^step)
+  float step_size = 0;   // lr / (1 - beta1^step)
+  float bias2_sqrt = 1;  // sqrt(1 - beta2^step)
   static AdamwStep make(float lr, float beta1, float beta2, float eps, float weight_decay, float grad_scale,
                         std::int64_t step);
 };
@@ -109,8 +109,8 @@ void adamw_update_cpu(std::size_t n, float* params, const float* grads, float* e
 // if any, is returned.
 cudaError_t bias_act_forward(Activation act, std::size_t m, std::size_t n, const float* bias, float* z, float* y,
                              cudaStream_t stream);
-cudaError_t bias_act_backward(Activation act, std::size_t m, std::size_t n, const float* z, const float* dy,
-                              float* dz, float* dbias, cudaStream_t stream);
+cudaError_t bias_act_backward(Activation act, std::size_t m, std::size_t n, const float* z, const float* dy, float* dz,
+                              float* dbias, cudaStream_t stream);
 cudaError_t mse_loss(std::size_t m, std::size_t k, const float* pred, const float* target, float scale, float* dpred,
                      double* out, cudaStream_t stream);
 cudaError_t cross_entropy_loss(std::size_t m, std::size_t c, const float* logits, const std::int32_t* labels,

@@ -147,8 +147,7 @@ RKIT_MLP_INLINE void forward(std::size_t m, std::size_t n, const float* bias, fl
 constexpr std::size_t kColumnBlock = 512;
 
 template <Activation kAct>
-RKIT_MLP_INLINE void backward(std::size_t m, std::size_t n, const float* z, const float* dy, float* dz,
-                              float* dbias) {
+RKIT_MLP_INLINE void backward(std::size_t m, std::size_t n, const float* z, const float* dy, float* dz, float* dbias) {
   double sums[kColumnBlock];
   for (std::size_t j0 = 0; j0 < n; j0 += kColumnBlock) {
     const std::size_t width = std::min(kColumnBlock, n - j0);
@@ -233,8 +232,7 @@ RKIT_MLP_CLONES double mse_lanes(std::size_t count, const float* pred, const flo
 
 // One row of softmax cross-entropy: exp(row - max) goes into out first (out may be row:
 // the label's logit is read before), then becomes the gradient. Returns the row's loss.
-RKIT_MLP_CLONES double cross_entropy_row(std::size_t c, const float* row, std::size_t label, float scale,
-                                         float* out) {
+RKIT_MLP_CLONES double cross_entropy_row(std::size_t c, const float* row, std::size_t label, float scale, float* out) {
   float max = row[0];
   for (std::size_t j = 1; j < c; ++j) max = row[j] > max ? row[j] : max;
   const float at_label = row[label];
@@ -272,24 +270,18 @@ RKIT_MLP_CLONES void adamw(std::size_t n, float* params, const float* grads, flo
 
 void bias_act_forward_cpu(Activation act, std::size_t m, std::size_t n, const float* bias, float* z, float* y) {
   switch (act) {
-    case Activation::Identity:
-      return forward_identity(m, n, bias, z, y);
-    case Activation::Relu:
-      return forward_relu(m, n, bias, z, y);
-    case Activation::Gelu:
-      return forward_gelu(m, n, bias, z, y);
+    case Activation::Identity: return forward_identity(m, n, bias, z, y);
+    case Activation::Relu: return forward_relu(m, n, bias, z, y);
+    case Activation::Gelu: return forward_gelu(m, n, bias, z, y);
   }
 }
 
 void bias_act_backward_cpu(Activation act, std::size_t m, std::size_t n, const float* z, const float* dy, float* dz,
                            float* dbias) {
   switch (act) {
-    case Activation::Identity:
-      return backward_identity(m, n, z, dy, dz, dbias);
-    case Activation::Relu:
-      return backward_relu(m, n, z, dy, dz, dbias);
-    case Activation::Gelu:
-      return backward_gelu(m, n, z, dy, dz, dbias);
+    case Activation::Identity: return backward_identity(m, n, z, dy, dz, dbias);
+    case Activation::Relu: return backward_relu(m, n, z, dy, dz, dbias);
+    case Activation::Gelu: return backward_gelu(m, n, z, dy, dz, dbias);
   }
 }
 

@@ -22,22 +22,17 @@ double normal_cdf(double z) { return 0.5 * std::erfc(-z * kInvSqrt2); }
 
 double activation(Activation act, double z) {
   switch (act) {
-    case Activation::Identity:
-      return z;
-    case Activation::Relu:
-      return z < 0 ? 0.0 : z;  // std::max(z, 0): a NaN stays NaN, so divergence shows
-    case Activation::Gelu:
-      return z * normal_cdf(z);
+    case Activation::Identity: return z;
+    case Activation::Relu: return z < 0 ? 0.0 : z;  // std::max(z, 0): a NaN stays NaN, so divergence shows
+    case Activation::Gelu: return z * normal_cdf(z);
   }
   return z;
 }
 
 double activation_derivative(Activation act, double z) {
   switch (act) {
-    case Activation::Identity:
-      return 1.0;
-    case Activation::Relu:
-      return z > 0 ? 1.0 : 0.0;
+    case Activation::Identity: return 1.0;
+    case Activation::Relu: return z > 0 ? 1.0 : 0.0;
     case Activation::Gelu:  // Phi(z) + z phi(z)
       return normal_cdf(z) + z * (kInvSqrt2Pi * std::exp(-0.5 * z * z));
   }
@@ -95,7 +90,7 @@ double cross_entropy_loss_ref(std::size_t m, std::size_t c, const float* logits,
     for (std::size_t j = 1; j < c; ++j) max = std::fmax(max, static_cast<double>(row[j]));
     double sum = 0;
     for (std::size_t j = 0; j < c; ++j) sum += std::exp(row[j] - max);
-    const double log_sum = max + std::log(sum);  // log sum exp(row)
+    const double log_sum = max + std::log(sum);         // log sum exp(row)
     loss += log_sum - static_cast<double>(row[label]);  // read before out (maybe row) is written
     for (std::size_t j = 0; j < c; ++j) {
       const double p = std::exp(row[j] - max) / sum;

@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -16,7 +17,6 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
-#include <fmt/format.h>
 #include <set>
 #include <utility>
 
@@ -401,7 +401,8 @@ JobCgroup JobCgroup::create(const std::string& parent, const std::string& name, 
   // memory) are this attempt's.
   if (auto old = open(parent, name, layout)) {
     if (!old->kill_all(std::chrono::seconds(2)))
-      throw Error(Exit::TempFail, fmt::format("cgroup: {}: processes of an earlier group remain", old->paths().front()));
+      throw Error(Exit::TempFail,
+                  fmt::format("cgroup: {}: processes of an earlier group remain", old->paths().front()));
     old->remove();
   }
 
@@ -425,8 +426,7 @@ JobCgroup JobCgroup::create(const std::string& parent, const std::string& name, 
     auto need = [&](const char* c, bool required) -> const std::string* {
       auto it = layout.v1.find(c);
       if (it != layout.v1.end()) return &it->second;
-      if (required)
-        throw Error(Exit::Unavailable, fmt::format("cgroup: the v1 '{}' controller is not mounted", c));
+      if (required) throw Error(Exit::Unavailable, fmt::format("cgroup: the v1 '{}' controller is not mounted", c));
       return nullptr;
     };
     need("memory", limits.memory_bytes.has_value());
@@ -436,8 +436,8 @@ JobCgroup JobCgroup::create(const std::string& parent, const std::string& name, 
 
     std::vector<std::string> mounts;
     for (const auto& c : wanted)
-      if (auto it = layout.v1.find(c); it != layout.v1.end() &&
-                                       std::find(mounts.begin(), mounts.end(), it->second) == mounts.end())
+      if (auto it = layout.v1.find(c);
+          it != layout.v1.end() && std::find(mounts.begin(), mounts.end(), it->second) == mounts.end())
         mounts.push_back(it->second);
     for (const std::string& mount : mounts) {
       auto has = [&](const char* c) {
@@ -506,7 +506,8 @@ JobCgroup JobCgroup::create(const std::string& parent, const std::string& name, 
     std::vector<std::string> wanted;
     auto want = [&](const char* c, bool use, bool required) {
       if (!use) return;
-      if (available.count(c)) wanted.emplace_back(c);
+      if (available.count(c))
+        wanted.emplace_back(c);
       else if (required)
         throw Error(Exit::Unavailable, fmt::format("cgroup: the '{}' controller is not available in {}", c, root));
     };
@@ -576,10 +577,9 @@ std::optional<JobCgroup> JobCgroup::open(const std::string& parent, const std::s
 }
 
 std::vector<std::string> JobCgroup::list(const std::string& parent, const CgroupLayout& layout) {
-  std::vector<std::string> mounts =
-      layout.version == CgroupVersion::V1 ? v1_mounts(layout)
-      : layout.version == CgroupVersion::V2 ? std::vector<std::string>{layout.unified}
-                                            : std::vector<std::string>{};
+  std::vector<std::string> mounts = layout.version == CgroupVersion::V1   ? v1_mounts(layout)
+                                    : layout.version == CgroupVersion::V2 ? std::vector<std::string>{layout.unified}
+                                                                          : std::vector<std::string>{};
   const std::vector<std::string> levels = components(parent, "parent");
   std::set<std::string> names;
   for (const auto& mount : mounts) {
@@ -595,13 +595,13 @@ std::vector<std::string> JobCgroup::list(const std::string& parent, const Cgroup
 
 void JobCgroup::remove_parent(const std::string& parent, const CgroupLayout& layout) noexcept {
   try {
-    const std::vector<std::string> mounts =
-        layout.version == CgroupVersion::V1 ? v1_mounts(layout)
-        : layout.version == CgroupVersion::V2 ? std::vector<std::string>{layout.unified}
-                                              : std::vector<std::string>{};
+    const std::vector<std::string> mounts = layout.version == CgroupVersion::V1 ? v1_mounts(layout)
+                                            : layout.version == CgroupVersion::V2
+                                                ? std::vector<std::string>{layout.unified}
+                                                : std::vector<std::string>{};
     const std::vector<std::string> levels = components(parent, "parent");
     for (const auto& mount : mounts) ::rmdir(join(mount, levels).c_str());  // EBUSY/ENOENT: left as it is
-  } catch (const std::exception&) {  // a malformed parent: nothing to remove
+  } catch (const std::exception&) {                                         // a malformed parent: nothing to remove
   }
 }
 
@@ -679,7 +679,8 @@ CgroupUsage JobCgroup::usage() const {
       if (const auto t = read_text(cpu_dir_ + "/cpuacct.usage"))
         if (const auto ns = parse_single_value(*t)) u.cpu_s = double(*ns) * 1e-9;
     if (!memory_dir_.empty())
-      if (const auto t = read_text(memory_dir_ + "/memory.max_usage_in_bytes")) u.peak_memory_bytes = parse_single_value(*t);
+      if (const auto t = read_text(memory_dir_ + "/memory.max_usage_in_bytes"))
+        u.peak_memory_bytes = parse_single_value(*t);
   } else if (version_ == CgroupVersion::V2) {
     if (!cpu_dir_.empty())
       if (const auto t = read_text(cpu_dir_ + "/cpu.stat"))
@@ -741,7 +742,8 @@ bool JobCgroup::kill_all(std::chrono::milliseconds timeout) {
   // Freezing first: a process cannot fork between our reading the pids and killing
   // them. Killed while frozen, they die when thawed.
   const bool v1 = version_ == CgroupVersion::V1;
-  const std::string freeze_file = freezer_dir_.empty() ? std::string() : freezer_dir_ + (v1 ? "/freezer.state" : "/cgroup.freeze");
+  const std::string freeze_file =
+      freezer_dir_.empty() ? std::string() : freezer_dir_ + (v1 ? "/freezer.state" : "/cgroup.freeze");
   auto frozen = [&] {
     if (v1) {
       const auto t = read_text(freeze_file);

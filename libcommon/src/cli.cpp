@@ -12,15 +12,13 @@
 
 namespace rkit {
 
-Tool::Tool(std::string name, std::string description)
-    : name_(std::move(name)), app_(std::move(description), name_) {
+Tool::Tool(std::string name, std::string description) : name_(std::move(name)), app_(std::move(description), name_) {
   app_.set_version_flag("--version", version_line(), "Print the tool, version and git revision");
   app_.add_flag("--json", opts_.json, "Print JSON Lines (one record per line) instead of a table");
   app_.add_flag("--csv", opts_.csv, "Print CSV instead of a table")->excludes("--json");
   app_.add_flag("-v,--verbose", opts_.verbose, "Explain more (errors gain a detail line)");
   app_.add_flag("-q,--quiet", opts_.quiet, "Print nothing but results and errors");
-  app_.add_option("--config", opts_.config, "Configuration file (TOML); see rkit(7)")
-      ->type_name("FILE");
+  app_.add_option("--config", opts_.config, "Configuration file (TOML); see rkit(7)")->type_name("FILE");
   app_.add_option("--print-completion", completion_shell_, "Print a shell completion script")
       ->group("");  // hidden: used by `make completions`
   app_.fallthrough();
@@ -32,9 +30,7 @@ CLI::App* Tool::add_subcommand(const std::string& name, const std::string& descr
   return sub;
 }
 
-std::string Tool::version_line() const {
-  return fmt::format("{} {} (git {})", name_, kVersion, kGitRevision);
-}
+std::string Tool::version_line() const { return fmt::format("{} {} (git {})", name_, kVersion, kGitRevision); }
 
 const Config& Tool::config() {
   if (!config_) config_ = load_config(opts_.config);

@@ -32,8 +32,8 @@ std::uint32_t rank_key(unsigned rank, unsigned seed) {
 // 64 MiB in tens of milliseconds (and to vectorise), unrelated between ranks and nearby
 // elements.
 inline float value_at(std::uint32_t key, std::uint64_t index) {
-  std::uint32_t h = (static_cast<std::uint32_t>(index) ^ static_cast<std::uint32_t>(index >> 32) * 0x27d4eb2dU) *
-                    0x9e3779b1U;
+  std::uint32_t h =
+      (static_cast<std::uint32_t>(index) ^ static_cast<std::uint32_t>(index >> 32) * 0x27d4eb2dU) * 0x9e3779b1U;
   h ^= key;
   h ^= h >> 16;
   h *= 0x85ebca6bU;
@@ -104,8 +104,8 @@ CollectiveCounts collective_counts(Collective c, std::uint64_t bytes, unsigned r
 
 std::vector<std::uint64_t> size_sweep(std::uint64_t min_bytes, std::uint64_t max_bytes, unsigned factor) {
   if (min_bytes == 0 || min_bytes > max_bytes || factor < 2)
-    throw Error(Exit::Software, fmt::format("size sweep from {} to {} bytes by {}: not a sweep", min_bytes,
-                                            max_bytes, factor));
+    throw Error(Exit::Software,
+                fmt::format("size sweep from {} to {} bytes by {}: not a sweep", min_bytes, max_bytes, factor));
   std::vector<std::uint64_t> out;
   for (std::uint64_t b = min_bytes; b <= max_bytes; b *= factor) {
     out.push_back(b);
@@ -115,7 +115,9 @@ std::vector<std::uint64_t> size_sweep(std::uint64_t min_bytes, std::uint64_t max
   return out;
 }
 
-float collective_input(unsigned rank, std::uint64_t index, unsigned seed) { return value_at(rank_key(rank, seed), index); }
+float collective_input(unsigned rank, std::uint64_t index, unsigned seed) {
+  return value_at(rank_key(rank, seed), index);
+}
 
 void fill_collective_input(unsigned rank, unsigned seed, float* in, std::size_t n) {
   copy_input(rank_key(rank, seed), 0, n, in);

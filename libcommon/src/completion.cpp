@@ -22,7 +22,7 @@ struct OptionInfo {
 struct Level {
   std::string path;  // "" for the tool, "place", "cluster add"
   std::string description;
-  std::vector<OptionInfo> options;  // own and inherited (fallthrough)
+  std::vector<OptionInfo> options;                               // own and inherited (fallthrough)
   std::vector<std::pair<std::string, std::string>> subcommands;  // name, description
   bool has_positionals = false;
 };
@@ -46,7 +46,7 @@ std::vector<std::string> parse_choices(const std::string& type_name) {
 std::vector<OptionInfo> own_options(const CLI::App& app) {
   std::vector<OptionInfo> out;
   for (const CLI::Option* opt : app.get_options()) {
-    if (opt->get_group().empty()) continue;  // hidden
+    if (opt->get_group().empty()) continue;                                // hidden
     if (opt->get_lnames().empty() && opt->get_snames().empty()) continue;  // positional
     OptionInfo info;
     for (const auto& l : opt->get_lnames()) info.names.push_back("--" + l);
@@ -62,8 +62,7 @@ std::vector<OptionInfo> own_options(const CLI::App& app) {
   return out;
 }
 
-void collect(const CLI::App& app, const std::string& path, std::vector<OptionInfo> inherited,
-             std::vector<Level>& out) {
+void collect(const CLI::App& app, const std::string& path, std::vector<OptionInfo> inherited, std::vector<Level>& out) {
   Level level;
   level.path = path;
   level.description = app.get_description();
@@ -72,7 +71,8 @@ void collect(const CLI::App& app, const std::string& path, std::vector<OptionInf
   for (const auto& o : inherited) {
     bool shadowed = false;
     for (const auto& mine : level.options)
-      for (const auto& n : o.names) shadowed = shadowed || std::find(mine.names.begin(), mine.names.end(), n) != mine.names.end();
+      for (const auto& n : o.names)
+        shadowed = shadowed || std::find(mine.names.begin(), mine.names.end(), n) != mine.names.end();
     if (!shadowed) level.options.push_back(o);
   }
   for (const CLI::Option* opt : app.get_options())
@@ -146,9 +146,8 @@ std::string bash(const std::string& tool, const std::vector<Level>& levels) {
     std::vector<std::string> names, subs;
     for (const auto& o : l.options) names.insert(names.end(), o.names.begin(), o.names.end());
     for (const auto& [n, d] : l.subcommands) subs.push_back(n);
-    s += fmt::format("    {}) opts={}; subs={}; files={} ;;\n", single_quote(l.path),
-                     single_quote(join(names, " ")), single_quote(join(subs, " ")),
-                     l.has_positionals ? 1 : 0);
+    s += fmt::format("    {}) opts={}; subs={}; files={} ;;\n", single_quote(l.path), single_quote(join(names, " ")),
+                     single_quote(join(subs, " ")), l.has_positionals ? 1 : 0);
   }
   s += "  esac\n"
        "  if [[ $cur == -* ]]; then\n"
@@ -186,9 +185,12 @@ std::string zsh(const std::string& tool, const std::vector<Level>& levels) {
   s += "    esac\n  done\n  case \"${words[CURRENT-1]}\" in\n";
   for (const auto& o : value_options(levels)) {
     s += "    (" + join(o.names, "|") + ")\n";
-    if (!o.choices.empty()) s += "      compadd -- " + join(o.choices, " ") + "; return ;;\n";
-    else if (o.is_file) s += "      _files; return ;;\n";
-    else s += "      _message " + single_quote(zsh_escape_desc(o.description)) + "; return ;;\n";
+    if (!o.choices.empty())
+      s += "      compadd -- " + join(o.choices, " ") + "; return ;;\n";
+    else if (o.is_file)
+      s += "      _files; return ;;\n";
+    else
+      s += "      _message " + single_quote(zsh_escape_desc(o.description)) + "; return ;;\n";
   }
   s += "  esac\n  case \"$cmdpath\" in\n";
   for (const auto& l : levels) {
@@ -230,7 +232,8 @@ std::string fish(const std::string& tool, const std::vector<Level>& levels) {
     for (const auto& [n, d] : l.subcommands) sub_names.push_back(n);
     for (const auto& [n, d] : l.subcommands) {
       std::string c = l.path.empty() ? "__fish_use_subcommand"
-                                     : "__fish_seen_subcommand_from " + leaf + "; and not __fish_seen_subcommand_from " + join(sub_names, " ");
+                                     : "__fish_seen_subcommand_from " + leaf +
+                                           "; and not __fish_seen_subcommand_from " + join(sub_names, " ");
       s += fmt::format("complete -c {} -n {} -a {} -d {}\n", tool, fish_quote(c), n, fish_quote(d));
     }
     // Inherited options were declared at the parent's level (without a condition).
@@ -247,9 +250,12 @@ std::string fish(const std::string& tool, const std::vector<Level>& levels) {
       std::string line = "complete -c " + tool + cond;
       for (const auto& n : o.names) line += (n.rfind("--", 0) == 0 ? " -l " + n.substr(2) : " -s " + n.substr(1));
       if (o.takes_value) {
-        if (!o.choices.empty()) line += " -x -a " + fish_quote(join(o.choices, " "));
-        else if (o.is_file) line += " -r -F";
-        else line += " -x";
+        if (!o.choices.empty())
+          line += " -x -a " + fish_quote(join(o.choices, " "));
+        else if (o.is_file)
+          line += " -r -F";
+        else
+          line += " -x";
       }
       line += " -d " + fish_quote(o.description);
       s += line + "\n";

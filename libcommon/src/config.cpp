@@ -26,8 +26,10 @@ std::optional<T> typed(const Config& cfg, std::string_view key, std::string_view
   toml::node_view<const toml::node> node = cfg.table.at_path(key);
   if (!node) return std::nullopt;
   std::optional<T> v;
-  if constexpr (std::is_same_v<T, double>) v = node.value<T>();  // integers are numbers too
-  else v = node.value_exact<T>();  // TOML is typed: `smt = 1` is not a boolean
+  if constexpr (std::is_same_v<T, double>)
+    v = node.value<T>();  // integers are numbers too
+  else
+    v = node.value_exact<T>();  // TOML is typed: `smt = 1` is not a boolean
   if (v) return v;
   throw Error(Exit::Config, fmt::format("{}: '{}' must be a {}", cfg.where(key), key, type_name));
 }
@@ -44,12 +46,8 @@ std::string Config::where(std::string_view key) const {
 std::optional<std::string> Config::get_string(std::string_view key) const {
   return typed<std::string>(*this, key, "string");
 }
-std::optional<double> Config::get_number(std::string_view key) const {
-  return typed<double>(*this, key, "number");
-}
-std::optional<bool> Config::get_bool(std::string_view key) const {
-  return typed<bool>(*this, key, "boolean");
-}
+std::optional<double> Config::get_number(std::string_view key) const { return typed<double>(*this, key, "number"); }
+std::optional<bool> Config::get_bool(std::string_view key) const { return typed<bool>(*this, key, "boolean"); }
 
 std::optional<double> Config::get_duration(std::string_view key) const {
   const auto text = get_string(key);

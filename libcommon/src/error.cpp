@@ -24,10 +24,7 @@ std::string_view exit_name(Exit code) {
 }
 
 Error::Error(Exit code, std::string message, std::string hint, std::string detail)
-    : std::runtime_error(std::move(message)),
-      code_(code),
-      hint_(std::move(hint)),
-      detail_(std::move(detail)) {}
+    : std::runtime_error(std::move(message)), code_(code), hint_(std::move(hint)), detail_(std::move(detail)) {}
 
 Error system_error(std::string_view what, int errnum) {
   Exit code = Exit::IoErr;
@@ -46,14 +43,12 @@ std::string one_line(std::string_view text) {
 }
 }  // namespace
 
-int report_error(std::string_view tool, const std::exception& e, std::ostream& err,
-                 bool verbose) {
+int report_error(std::string_view tool, const std::exception& e, std::ostream& err, bool verbose) {
   if (const auto* re = dynamic_cast<const Error*>(&e)) {
     err << tool << ": error: " << one_line(re->what());
     if (!re->hint().empty()) err << " (hint: " << one_line(re->hint()) << ')';
     err << '\n';
-    if (verbose && !re->detail().empty())
-      err << tool << ": detail: " << one_line(re->detail()) << '\n';
+    if (verbose && !re->detail().empty()) err << tool << ": detail: " << one_line(re->detail()) << '\n';
     return static_cast<int>(re->code());
   }
   err << tool << ": error: internal error: " << one_line(e.what()) << '\n';

@@ -13,8 +13,8 @@
 namespace rkit {
 namespace {
 
-constexpr int kMaxNvLinks = 64;    // more than any GPU has (H100: 18)
-constexpr int kMaxGpus = 1024;     // more than any machine has; bounds the link matrix
+constexpr int kMaxNvLinks = 64;  // more than any GPU has (H100: 18)
+constexpr int kMaxGpus = 1024;   // more than any machine has; bounds the link matrix
 
 [[noreturn]] void bad(const std::string& where, const std::string& what) {
   throw Error(Exit::DataErr, fmt::format("{}: {}", where, what));
@@ -65,7 +65,8 @@ std::vector<FixtureGpu> parse_gpu_fixture(std::string_view text, const std::stri
     if (f.gpu.name.empty()) bad(where, "\"name\" is empty");
     if (g.contains("uuid")) f.gpu.uuid = string_field(g, "uuid", where);
     if (g.contains("memory_bytes"))
-      f.gpu.memory_bytes = static_cast<std::uint64_t>(integer_field(g["memory_bytes"], "\"memory_bytes\"", 0, LLONG_MAX, where));
+      f.gpu.memory_bytes =
+          static_cast<std::uint64_t>(integer_field(g["memory_bytes"], "\"memory_bytes\"", 0, LLONG_MAX, where));
     if (g.contains("pci_bus_id")) {
       std::string bus = string_field(g, "pci_bus_id", where);
       if (!std::regex_match(bus, kBusId)) bad(where, fmt::format("\"pci_bus_id\" '{}' is not [dddd:]bb:dd.f", bus));

@@ -20,8 +20,10 @@ std::string html_escape(std::string_view s) {
       case '"': out += "&quot;"; break;
       case '\'': out += "&#39;"; break;
       default:
-        if (static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\n') out += "\uFFFD";
-        else out += c;
+        if (static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\n')
+          out += "\uFFFD";
+        else
+          out += c;
     }
   }
   return out;
@@ -53,8 +55,8 @@ std::string class_attribute(std::string_view cls) {
 
 void HtmlTable::row(const std::vector<HtmlCell>& cells, std::string_view row_class) {
   if (cells.size() != columns_.size())
-    throw Error(Exit::Software, fmt::format("an HTML table row of {} cells in a table of {} columns", cells.size(),
-                                            columns_.size()));
+    throw Error(Exit::Software,
+                fmt::format("an HTML table row of {} cells in a table of {} columns", cells.size(), columns_.size()));
   body_ += "<tr" + class_attribute(row_class) + ">";
   for (std::size_t i = 0; i < cells.size(); ++i) {
     const HtmlCell& c = cells[i];

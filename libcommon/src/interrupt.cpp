@@ -20,7 +20,7 @@ extern "C" void record_signal(int sig) { g_signal.store(sig, std::memory_order_r
 
 InterruptGuard::InterruptGuard() {
   g_signal = 0;
-  struct sigaction sa{};
+  struct sigaction sa {};
   sa.sa_handler = record_signal;
   // Restart interrupted system calls (the work notices at its next check); a second
   // signal of the same kind takes the default action, so a stuck program still dies.

@@ -61,10 +61,8 @@ Json parse_json(std::string_view text, std::string_view source) {
   }
 }
 
-int check_schema(const Json& record, std::string_view family, int max_major,
-                 std::string_view where) {
-  if (!record.is_object())
-    throw Error(Exit::DataErr, fmt::format("{}: expected a JSON object with \"schema\"", where));
+int check_schema(const Json& record, std::string_view family, int max_major, std::string_view where) {
+  if (!record.is_object()) throw Error(Exit::DataErr, fmt::format("{}: expected a JSON object with \"schema\"", where));
   auto it = record.find("schema");
   if (it == record.end() || !it->is_string())
     throw Error(Exit::DataErr, fmt::format("{}: record has no \"schema\" string", where));
@@ -73,21 +71,18 @@ int check_schema(const Json& record, std::string_view family, int max_major,
   int major = 0;
   const char* end = schema.data() + schema.size();
   // The digits start after the prefix, which must be there first (no pointer past the end).
-  if (schema.rfind(prefix, 0) != 0 ||
-      std::from_chars(schema.data() + prefix.size(), end, major).ptr != end || major < 1)
-    throw Error(Exit::DataErr,
-                fmt::format("{}: schema '{}' is not {}.v<N>", where, schema, family));
+  if (schema.rfind(prefix, 0) != 0 || std::from_chars(schema.data() + prefix.size(), end, major).ptr != end ||
+      major < 1)
+    throw Error(Exit::DataErr, fmt::format("{}: schema '{}' is not {}.v<N>", where, schema, family));
   if (major > max_major)
     throw Error(Exit::DataErr,
-                fmt::format("{}: unsupported schema version '{}' (this build reads up to {}.v{})",
-                            where, schema, family, max_major),
+                fmt::format("{}: unsupported schema version '{}' (this build reads up to {}.v{})", where, schema,
+                            family, max_major),
                 "upgrade rkit");
   return major;
 }
 
-std::string to_json_line(const Json& record) {
-  return record.dump(-1, ' ', false, Json::error_handler_t::replace);
-}
+std::string to_json_line(const Json& record) { return record.dump(-1, ' ', false, Json::error_handler_t::replace); }
 
 bool is_utf8(std::string_view s) {
   std::size_t i = 0;
@@ -97,8 +92,10 @@ bool is_utf8(std::string_view s) {
     // (which excludes overlong forms, surrogates and code points over U+10FFFF).
     std::size_t n = 0;
     unsigned char lo = 0x80, hi = 0xbf;
-    if (c < 0x80) n = 1;
-    else if (c >= 0xc2 && c <= 0xdf) n = 2;
+    if (c < 0x80)
+      n = 1;
+    else if (c >= 0xc2 && c <= 0xdf)
+      n = 2;
     else if (c >= 0xe0 && c <= 0xef) {
       n = 3;
       if (c == 0xe0) lo = 0xa0;
@@ -140,7 +137,8 @@ std::string bytes_of(const Json& value, std::string_view what) {
     if (h >= 'a' && h <= 'f') return h - 'a' + 10;
     throw Error(Exit::DataErr, fmt::format("{}: \"hex\" holds a character that is not a lowercase hex digit", what));
   };
-  for (std::size_t i = 0; i < hex.size(); i += 2) out.push_back(static_cast<char>(digit(hex[i]) * 16 + digit(hex[i + 1])));
+  for (std::size_t i = 0; i < hex.size(); i += 2)
+    out.push_back(static_cast<char>(digit(hex[i]) * 16 + digit(hex[i + 1])));
   return out;
 }
 

@@ -147,7 +147,7 @@ std::optional<NvmlDevice> Nvml::device(int index, std::string* why) const {
     for (unsigned int link = 0; link < kNvmlNvLinkMaxLinks; ++link) {
       int active = 0;
       nvmlReturn_t rc = api_->nvlink_state(d, link, &active);
-      if (rc == kNvmlErrorInvalidArgument) break;  // past this GPU's last link
+      if (rc == kNvmlErrorInvalidArgument) break;                         // past this GPU's last link
       if (rc != kNvmlSuccess || active != kNvmlFeatureEnabled) continue;  // one bad link hides no other
       nvmlIntNvLinkDeviceType_t type = kNvmlNvLinkDeviceTypeUnknown;
       if (api_->nvlink_remote_type && api_->nvlink_remote_type(d, link, &type) != kNvmlSuccess)

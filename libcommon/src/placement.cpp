@@ -67,9 +67,8 @@ std::vector<RankPlacement> place(const Topology& t, const PlaceRequest& req) {
   const int n = req.ranks;
   const int c = req.cpus_per_rank.value_or(total_cores / n);
   if (c < 1 || static_cast<long>(n) * c > total_cores)
-    throw Error(Exit::DataErr,
-                fmt::format("not enough cores: {} ranks × {} cores need {}, the topology {} {}", n,
-                            std::max(c, 1), static_cast<long>(n) * std::max(c, 1), has, total_cores));
+    throw Error(Exit::DataErr, fmt::format("not enough cores: {} ranks × {} cores need {}, the topology {} {}", n,
+                                           std::max(c, 1), static_cast<long>(n) * std::max(c, 1), has, total_cores));
   const int g = req.gpus_per_rank;
   if (static_cast<long>(n) * g > total_gpus)
     throw Error(Exit::DataErr,

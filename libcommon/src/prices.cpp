@@ -84,16 +84,20 @@ class SheetReader {
     const toml::node* spot_discount = nullptr;
     for (const auto& [k, v] : *t) {
       const std::string name = key + "." + std::string(k.str());
-      if (k.str() == "cpu_hour") p.cpu_hour = rate(v, name, "cpu_hour", p);
-      else if (k.str() == "memory_gib_hour") p.memory_gib_hour = rate(v, name, "memory_gib_hour", p);
+      if (k.str() == "cpu_hour")
+        p.cpu_hour = rate(v, name, "cpu_hour", p);
+      else if (k.str() == "memory_gib_hour")
+        p.memory_gib_hour = rate(v, name, "memory_gib_hour", p);
       else if (k.str() == "gpu_hour") {
-        if (v.is_number() || is_derived(v)) p.gpu_hour["default"] = rate(v, name, "gpu_hour.default", p);
+        if (v.is_number() || is_derived(v))
+          p.gpu_hour["default"] = rate(v, name, "gpu_hour.default", p);
         else if (const auto* gpus = v.as_table())
           for (const auto& [model, value] : *gpus) {
             const std::string m(model.str());
             p.gpu_hour[m] = rate(value, name + "." + m, "gpu_hour." + m, p);
           }
-        else fail(v, name, "must be a number or a table of GPU names and prices");
+        else
+          fail(v, name, "must be a number or a table of GPU names and prices");
       } else if (k.str() == "market") {
         const auto m = v.value<std::string>();
         if (!v.is_string() || (*m != "on_premises" && *m != "on_demand" && *m != "spot"))
@@ -115,13 +119,18 @@ class SheetReader {
              "electricity_per_kwh, pue)");
       }
     }
-    if (p.market == "spot" && !spot_discount) fail(*market, key + ".market", "is \"spot\" but spot_discount is not given");
-    if (p.market != "spot" && spot_discount) fail(*spot_discount, key + ".spot_discount", "is only for market = \"spot\"");
+    if (p.market == "spot" && !spot_discount)
+      fail(*market, key + ".market", "is \"spot\" but spot_discount is not given");
+    if (p.market != "spot" && spot_discount)
+      fail(*spot_discount, key + ".spot_discount", "is only for market = \"spot\"");
     for (const auto& [k, d] : p.derived) {
       const double hourly = d.hourly(p.electricity_per_kwh, p.pue);
-      if (k == "cpu_hour") p.cpu_hour = hourly;
-      else if (k == "memory_gib_hour") p.memory_gib_hour = hourly;
-      else p.gpu_hour[k.substr(std::string_view("gpu_hour.").size())] = hourly;
+      if (k == "cpu_hour")
+        p.cpu_hour = hourly;
+      else if (k == "memory_gib_hour")
+        p.memory_gib_hour = hourly;
+      else
+        p.gpu_hour[k.substr(std::string_view("gpu_hour.").size())] = hourly;
     }
     return p;
   }
@@ -176,7 +185,8 @@ double ResourcePrices::list_hourly(double cpus, double gpus, const std::string& 
          static_cast<double>(memory_bytes) / (1ull << 30) * memory_gib_hour;
 }
 
-double ResourcePrices::hourly(double cpus, double gpus, const std::string& gpu_model, std::uint64_t memory_bytes) const {
+double ResourcePrices::hourly(double cpus, double gpus, const std::string& gpu_model,
+                              std::uint64_t memory_bytes) const {
   return list_hourly(cpus, gpus, gpu_model, memory_bytes) * effective_factor();
 }
 

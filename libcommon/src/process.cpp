@@ -8,16 +8,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
 #include <array>
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
-#include <cctype>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fmt/format.h>
 #include <span>
 
 #include "rkit/error.hpp"
@@ -43,7 +43,8 @@ std::string rkit_program(const std::string& name) {
   std::error_code ec;
   const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (!ec) {
-    for (const std::filesystem::path& candidate : {exe.parent_path() / name, exe.parent_path().parent_path() / name / name})
+    for (const std::filesystem::path& candidate :
+         {exe.parent_path() / name, exe.parent_path().parent_path() / name / name})
       if (::access(candidate.c_str(), X_OK) == 0) return candidate.string();
   }
   return name;
@@ -59,9 +60,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 void close_fd(int& fd) {
   if (fd >= 0) ::close(fd);
@@ -132,9 +131,7 @@ struct SpawnPlan {
         posix_spawn_file_actions_adddup2(&actions, fd, target);
         return;
       }
-      case Redirect::Kind::ToStdout:
-        posix_spawn_file_actions_adddup2(&actions, 1, target);
-        return;
+      case Redirect::Kind::ToStdout: posix_spawn_file_actions_adddup2(&actions, 1, target); return;
       case Redirect::Kind::Pipe: {
         int fds[2];
         if (::pipe2(fds, O_CLOEXEC) != 0) throw system_error("pipe", errno);
@@ -193,8 +190,7 @@ Child Child::spawn(const SpawnOptions& o) {
   sigemptyset(&empty);
   posix_spawnattr_setsigmask(&plan.attr, &empty);
   sigemptyset(&defaults);
-  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGCHLD, SIGUSR1, SIGUSR2})
-    sigaddset(&defaults, s);
+  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGCHLD, SIGUSR1, SIGUSR2}) sigaddset(&defaults, s);
   posix_spawnattr_setsigdefault(&plan.attr, &defaults);
 
   std::vector<std::string> env = build_env(o);
@@ -250,7 +246,8 @@ void Child::reset() noexcept {
     // the kernel reaped the child itself. Either way the process is gone.
     int st = 0;
     pid_t r;
-    do r = ::waitpid(pid_, &st, 0); while (r < 0 && errno == EINTR);
+    do r = ::waitpid(pid_, &st, 0);
+    while (r < 0 && errno == EINTR);
     if (r == pid_) status_ = ExitStatus::from_wait(st);
   }
   reset_fds();
@@ -283,7 +280,8 @@ std::optional<ExitStatus> Child::try_wait() {
   if (status_ || pid_ <= 0) return status_;
   int st = 0;
   pid_t r;
-  do r = ::waitpid(pid_, &st, WNOHANG); while (r < 0 && errno == EINTR);
+  do r = ::waitpid(pid_, &st, WNOHANG);
+  while (r < 0 && errno == EINTR);
   if (r == pid_) status_ = ExitStatus::from_wait(st);
   return status_;
 }
@@ -294,7 +292,8 @@ ExitStatus Child::wait() {
   if (pid_ <= 0) throw Error(Exit::Software, "wait on a Child that has no process");
   int st = 0;
   pid_t r;
-  do r = ::waitpid(pid_, &st, 0); while (r < 0 && errno == EINTR);
+  do r = ::waitpid(pid_, &st, 0);
+  while (r < 0 && errno == EINTR);
   if (r != pid_) throw system_error("waitpid", errno);
   status_ = ExitStatus::from_wait(st);
   return *status_;
@@ -324,8 +323,7 @@ ExitStatus Child::terminate(double grace_s) {
   return wait();
 }
 
-RunResult run(const SpawnOptions& options, std::optional<double> timeout_s, double grace_s,
-              std::string_view input) {
+RunResult run(const SpawnOptions& options, std::optional<double> timeout_s, double grace_s, std::string_view input) {
   auto t0 = Clock::now();
   Child child = Child::spawn(options);
   RunResult result;
@@ -365,8 +363,7 @@ RunResult run(const SpawnOptions& options, std::optional<double> timeout_s, doub
       if (left <= 0) {
         result.timed_out = true;
         child.signal(SIGTERM);
-        kill_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                     std::chrono::duration<double>(grace_s));
+        kill_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(grace_s));
       } else {
         wait_ms = std::min(wait_ms, static_cast<int>(left * 1000) + 1);
       }
@@ -461,9 +458,9 @@ SignalForwarder::~SignalForwarder() {
 void SignalForwarder::add(const Child& child) {
   // kill(-pid) would fail, silently, for a child that is not a group leader.
   if (child.pid() <= 0 || !child.own_group())
-    throw Error(Exit::Software,
-                fmt::format("cannot forward signals to process {}: it does not lead its own process group",
-                            child.pid()));
+    throw Error(
+        Exit::Software,
+        fmt::format("cannot forward signals to process {}: it does not lead its own process group", child.pid()));
   for (auto& g : g_forward_groups) {
     pid_t expected = 0;
     if (g.compare_exchange_strong(expected, child.pid())) return;

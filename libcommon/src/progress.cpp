@@ -27,9 +27,8 @@ std::string Progress::render(std::uint64_t done, double elapsed_s) const {
   double frac = total_ ? std::min(1.0, static_cast<double>(done) / static_cast<double>(total_)) : 0.0;
   int filled = static_cast<int>(frac * kWidth);
   double rate = elapsed_s > 0 ? static_cast<double>(done) / elapsed_s : 0;
-  return fmt::format("{}  [{}{}] {:3.0f}%  {}/s", label_, std::string(filled, '#'),
-                     std::string(kWidth - filled, ' '), frac * 100,
-                     format_bytes(static_cast<std::uint64_t>(rate)));
+  return fmt::format("{}  [{}{}] {:3.0f}%  {}/s", label_, std::string(filled, '#'), std::string(kWidth - filled, ' '),
+                     frac * 100, format_bytes(static_cast<std::uint64_t>(rate)));
 }
 
 void Progress::update(std::uint64_t done) {

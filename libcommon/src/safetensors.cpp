@@ -13,8 +13,8 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <set>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "rkit/atomic_file.hpp"
 #include "rkit/error.hpp"
@@ -70,9 +70,7 @@ std::optional<std::uint64_t> tensor_bytes(const std::vector<std::uint64_t>& shap
   return n;
 }
 
-std::string shape_text(const std::vector<std::uint64_t>& shape) {
-  return fmt::format("[{}]", fmt::join(shape, ", "));
-}
+std::string shape_text(const std::vector<std::uint64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
 
 // nlohmann's message is "[json.exception.parse_error.101] parse error at ..."; keep the
 // part after the bracketed id.
@@ -117,8 +115,7 @@ Json parse_unique(std::string_view text, const std::string& source) {
   }
 }
 
-TensorInfo parse_tensor(const std::string& name, const Json& v, std::uint64_t data_offset,
-                        const std::string& source) {
+TensorInfo parse_tensor(const std::string& name, const Json& v, std::uint64_t data_offset, const std::string& source) {
   auto fail = [&](const std::string& what) {
     return Error(Exit::DataErr, fmt::format("{}: tensor '{}': {}", source, name, what));
   };
@@ -151,20 +148,19 @@ TensorInfo parse_tensor(const std::string& name, const Json& v, std::uint64_t da
     end = as_count((*off_it)[1]);
   }
   if (!begin || !end)
-    throw fail(fmt::format("\"data_offsets\" {} is not [begin, end] of non-negative integers",
-                           off_it->dump()));
+    throw fail(fmt::format("\"data_offsets\" {} is not [begin, end] of non-negative integers", off_it->dump()));
   if (*begin > *end) throw fail(fmt::format("data_offsets [{}, {}] end before they begin", *begin, *end));
   if (*end > std::numeric_limits<std::uint64_t>::max() - data_offset)
     throw fail(fmt::format("data_offsets [{}, {}] lie beyond any file", *begin, *end));
 
   auto want = tensor_bytes(t.shape, t.dtype);
   if (!want)
-    throw fail(fmt::format("shape {} of {} is too large (its byte size overflows 64 bits)",
-                           shape_text(t.shape), dtype_name(t.dtype)));
+    throw fail(fmt::format("shape {} of {} is too large (its byte size overflows 64 bits)", shape_text(t.shape),
+                           dtype_name(t.dtype)));
   t.bytes = *end - *begin;
   if (*want != t.bytes)
-    throw fail(fmt::format("shape {} of {} needs {} bytes, but data_offsets [{}, {}] hold {}",
-                           shape_text(t.shape), dtype_name(t.dtype), *want, *begin, *end, t.bytes));
+    throw fail(fmt::format("shape {} of {} needs {} bytes, but data_offsets [{}, {}] hold {}", shape_text(t.shape),
+                           dtype_name(t.dtype), *want, *begin, *end, t.bytes));
   t.offset = data_offset + *begin;
   return t;
 }
@@ -228,8 +224,8 @@ Header parse_header(std::string_view json, std::uint64_t header_len, const std::
   if (!doc.is_object()) throw Error(Exit::DataErr, fmt::format("{}: header is not a JSON object", source));
 
   if (header_len > kMaxHeaderBytes)
-    throw Error(Exit::DataErr, fmt::format("{}: header length {} exceeds the limit of {} bytes", source,
-                                           header_len, kMaxHeaderBytes));
+    throw Error(Exit::DataErr,
+                fmt::format("{}: header length {} exceeds the limit of {} bytes", source, header_len, kMaxHeaderBytes));
   Header h;
   h.data_offset = 8 + header_len;
   for (const auto& [key, value] : doc.items()) {
@@ -278,8 +274,8 @@ Header parse_header_bytes(std::string_view prefix, const std::string& source) {
                 fmt::format("{}: truncated: {} bytes cannot hold the 8-byte header length", source, prefix.size()));
   const std::uint64_t n = load_le(reinterpret_cast<const std::byte*>(prefix.data()), 8);
   if (n > kMaxHeaderBytes)
-    throw Error(Exit::DataErr, fmt::format("{}: header length {} exceeds the limit of {} bytes", source, n,
-                                           kMaxHeaderBytes),
+    throw Error(Exit::DataErr,
+                fmt::format("{}: header length {} exceeds the limit of {} bytes", source, n, kMaxHeaderBytes),
                 "is this a safetensors file?");
   if (prefix.size() - 8 < n)
     throw Error(Exit::DataErr, fmt::format("{}: truncated: the header needs {} bytes after the length, {} are there",
@@ -300,17 +296,17 @@ Header read_header(const std::string& path) {
   if (prefix.size() == 8) {
     // Read no more than the header (capped, so that a bad length allocates nothing big);
     // parse_header_bytes then names whatever is wrong.
-    const std::uint64_t n = std::min(load_le(reinterpret_cast<const std::byte*>(prefix.data()), 8),
-                                     kMaxHeaderBytes + 1);
+    const std::uint64_t n =
+        std::min(load_le(reinterpret_cast<const std::byte*>(prefix.data()), 8), kMaxHeaderBytes + 1);
     if (n <= kMaxHeaderBytes) prefix += read_at(f.get(), 8, n, path);
   }
   Header h = parse_header_bytes(prefix, path);
   if (size < h.file_bytes)
-    throw Error(Exit::DataErr, fmt::format("{}: truncated: {} bytes, but its header and tensors need {}", path,
-                                           size, h.file_bytes));
+    throw Error(Exit::DataErr,
+                fmt::format("{}: truncated: {} bytes, but its header and tensors need {}", path, size, h.file_bytes));
   if (size > h.file_bytes)
-    throw Error(Exit::DataErr, fmt::format("{}: has {} trailing bytes after its {} bytes of header and tensors",
-                                           path, size - h.file_bytes, h.file_bytes));
+    throw Error(Exit::DataErr, fmt::format("{}: has {} trailing bytes after its {} bytes of header and tensors", path,
+                                           size - h.file_bytes, h.file_bytes));
   return h;
 }
 
@@ -319,12 +315,9 @@ bool is_safetensors_name(std::string_view path) {
   return path.size() >= kSuffix.size() && path.substr(path.size() - kSuffix.size()) == kSuffix;
 }
 
-void Writer::add(std::string name, Dtype dtype, std::vector<std::uint64_t> shape,
-                 std::span<const std::byte> data) {
-  if (name == kMetadataKey)
-    throw Error(Exit::DataErr, "safetensors: a tensor cannot be named __metadata__");
-  if (names_.count(name))
-    throw Error(Exit::DataErr, fmt::format("safetensors: tensor '{}' added twice", name));
+void Writer::add(std::string name, Dtype dtype, std::vector<std::uint64_t> shape, std::span<const std::byte> data) {
+  if (name == kMetadataKey) throw Error(Exit::DataErr, "safetensors: a tensor cannot be named __metadata__");
+  if (names_.count(name)) throw Error(Exit::DataErr, fmt::format("safetensors: tensor '{}' added twice", name));
   auto want = tensor_bytes(shape, dtype);
   if (!want)
     throw Error(Exit::DataErr, fmt::format("safetensors: tensor '{}': shape {} of {} is too large", name,

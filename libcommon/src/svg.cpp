@@ -32,16 +32,23 @@ double text_width(std::string_view s) {
   for (std::size_t i = 0; i < s.size(); ++i) {
     const unsigned char c = static_cast<unsigned char>(s[i]);
     if ((c & 0xC0) == 0x80) continue;  // continuation byte: counted with its lead
-    if (c >= 0x80) em += 0.8;
-    else if (auto p = kLower.find(static_cast<char>(c)); p != std::string_view::npos) em += kLowerEm[p];
-    else if (c >= '0' && c <= '9') em += 0.636;
-    else if (c == 'M' || c == 'W' || c == '@' || c == '%') em += 1.0;
-    else if (c >= 'A' && c <= 'Z') em += 0.72;
-    else if (c == '=' || c == '+' || c == '<' || c == '>' || c == '~') em += 0.838;
+    if (c >= 0x80)
+      em += 0.8;
+    else if (auto p = kLower.find(static_cast<char>(c)); p != std::string_view::npos)
+      em += kLowerEm[p];
+    else if (c >= '0' && c <= '9')
+      em += 0.636;
+    else if (c == 'M' || c == 'W' || c == '@' || c == '%')
+      em += 1.0;
+    else if (c >= 'A' && c <= 'Z')
+      em += 0.72;
+    else if (c == '=' || c == '+' || c == '<' || c == '>' || c == '~')
+      em += 0.838;
     else if (c == ' ' || c == '.' || c == ',' || c == ':' || c == ';' || c == '|' || c == '!' || c == '\'' ||
              c == '/' || c == '(' || c == ')' || c == '[' || c == ']')
       em += 0.36;
-    else em += 0.6;
+    else
+      em += 0.6;
   }
   return em * kFontPx;
 }

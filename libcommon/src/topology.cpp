@@ -44,8 +44,8 @@ void check_synthetic_size(const std::string& desc) {
   for (auto it = std::sregex_iterator(desc.begin(), desc.end(), kLevel); it != std::sregex_iterator(); ++it)
     pus *= std::stod((*it)[1].str());
   if (pus > kMaxPus)
-    throw Error(Exit::Usage, fmt::format("synthetic topology '{}' has {:.0f} hardware threads: at most {:.0f}", desc,
-                                         pus, kMaxPus));
+    throw Error(Exit::Usage,
+                fmt::format("synthetic topology '{}' has {:.0f} hardware threads: at most {:.0f}", desc, pus, kMaxPus));
 }
 
 TopoPtr load_hwloc(const ProbeOptions& opt) {
@@ -162,8 +162,7 @@ std::string normalize_bus_id(const std::string& bus_id) {
   std::string s;
   for (char c : bus_id) s += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   auto colon = s.find(':');
-  if (colon != std::string::npos && s.find(':', colon + 1) != std::string::npos && colon > 4)
-    s = s.substr(colon - 4);
+  if (colon != std::string::npos && s.find(':', colon + 1) != std::string::npos && colon > 4) s = s.substr(colon - 4);
   return s;
 }
 
@@ -188,7 +187,7 @@ namespace {
 struct Links {
   std::vector<Endpoint> gpus, nics;
   std::map<std::pair<int, int>, int> nvlinks;  // (gpu, gpu) → links, both orders
-  std::vector<int> nvswitch_links;              // per GPU: links into an NVSwitch fabric
+  std::vector<int> nvswitch_links;             // per GPU: links into an NVSwitch fabric
 };
 
 // `source` names the input in errors ("topo.xml", "<stdin>").
@@ -347,8 +346,9 @@ void probe_pci_gpus(hwloc_topology_t topo, const std::map<std::string, hwloc_obj
     Gpu g;
     g.index = static_cast<int>(t.gpus.size());
     std::string vendor = info(pci, "PCIVendor"), device = info(pci, "PCIDevice");
-    g.name = !device.empty() ? (vendor.empty() ? device : vendor + " " + device)
-                             : fmt::format("PCI {:04x}:{:04x}", pci->attr->pcidev.vendor_id, pci->attr->pcidev.device_id);
+    g.name = !device.empty()
+                 ? (vendor.empty() ? device : vendor + " " + device)
+                 : fmt::format("PCI {:04x}:{:04x}", pci->attr->pcidev.vendor_id, pci->attr->pcidev.device_id);
     g.pci_bus_id = bus;
     g.numa_node = numa_of(topo, pci);
     g.cpus = local_cpus(topo, pci);
@@ -400,7 +400,8 @@ std::string gpu_link(const Links& links, int a, int b) {
   return classify(links.gpus[static_cast<std::size_t>(a)], links.gpus[static_cast<std::size_t>(b)]);
 }
 
-std::vector<std::vector<std::string>> pcie_matrix(const std::vector<Endpoint>& rows, const std::vector<Endpoint>& cols) {
+std::vector<std::vector<std::string>> pcie_matrix(const std::vector<Endpoint>& rows,
+                                                  const std::vector<Endpoint>& cols) {
   std::vector<std::vector<std::string>> m(rows.size(), std::vector<std::string>(cols.size()));
   for (std::size_t i = 0; i < rows.size(); ++i)
     for (std::size_t j = 0; j < cols.size(); ++j) m[i][j] = classify(rows[i], cols[j]);
@@ -411,8 +412,10 @@ std::vector<std::vector<std::string>> pcie_matrix(const std::vector<Endpoint>& r
 
 Topology probe(const ProbeOptions& opt) {
   if (opt.synthetic && opt.xml_path) throw Error(Exit::Usage, "--input and --synthetic exclude each other");
-  if (opt.gpu_fixture && opt.gpu_fixture->empty()) throw Error(Exit::Usage, "--gpus needs a file name (or - for stdin)");
-  if (opt.xml_path == "-" && opt.gpu_fixture == "-") throw Error(Exit::Usage, "--input and --gpus cannot both read stdin");
+  if (opt.gpu_fixture && opt.gpu_fixture->empty())
+    throw Error(Exit::Usage, "--gpus needs a file name (or - for stdin)");
+  if (opt.xml_path == "-" && opt.gpu_fixture == "-")
+    throw Error(Exit::Usage, "--input and --gpus cannot both read stdin");
   TopoPtr holder = load_hwloc(opt);
   hwloc_topology_t topo = holder.get();
   Topology t;
@@ -427,8 +430,10 @@ Topology probe(const ProbeOptions& opt) {
   // GPUs: NVML on live machines; otherwise (or when NVML has none) the PCI bus.
   if (t.source == "live" && opt.use_nvml) {
     std::string why;
-    if (std::unique_ptr<Nvml> nvml = Nvml::load(why)) probe_nvml_gpus(topo, *nvml, pci_by_bus, t, links);
-    else t.nvml_error = why;
+    if (std::unique_ptr<Nvml> nvml = Nvml::load(why))
+      probe_nvml_gpus(topo, *nvml, pci_by_bus, t, links);
+    else
+      t.nvml_error = why;
   }
   if (t.gpus.empty()) probe_pci_gpus(topo, pci_by_bus, t, links);
   if (opt.gpu_fixture) add_fixture_gpus(topo, *opt.gpu_fixture, pci_by_bus, t, links);
@@ -467,8 +472,8 @@ Json Topology::to_json() const {
   j["memory_bytes"] = mem;
   j["numa_nodes"] = Json::array();
   for (const auto& n : numa_nodes)
-    j["numa_nodes"].push_back({{"os_index", n.os_index}, {"memory_bytes", n.memory_bytes},
-                               {"cores", n.cores}, {"pus", n.pus}});
+    j["numa_nodes"].push_back(
+        {{"os_index", n.os_index}, {"memory_bytes", n.memory_bytes}, {"cores", n.cores}, {"pus", n.pus}});
   j["caches"] = Json::array();
   for (const auto& c : caches)
     j["caches"].push_back({{"level", c.level}, {"type", c.type}, {"size_bytes", c.size_bytes}, {"count", c.count}});
@@ -477,19 +482,31 @@ Json Topology::to_json() const {
     j["cores"].push_back({{"index", c.index}, {"package", c.package}, {"numa_node", c.numa_node}, {"pus", c.pus}});
   j["gpus"] = Json::array();
   for (const auto& g : gpus)
-    j["gpus"].push_back({{"index", g.index}, {"name", g.name}, {"uuid", opt_json(g.uuid)},
-                         {"memory_bytes", opt_json(g.memory_bytes)}, {"pci_bus_id", opt_json(g.pci_bus_id)},
-                         {"numa_node", opt_json(g.numa_node)}, {"cpus", g.cpus},
-                         {"driver", opt_json(g.driver)}, {"source", g.source}});
+    j["gpus"].push_back({{"index", g.index},
+                         {"name", g.name},
+                         {"uuid", opt_json(g.uuid)},
+                         {"memory_bytes", opt_json(g.memory_bytes)},
+                         {"pci_bus_id", opt_json(g.pci_bus_id)},
+                         {"numa_node", opt_json(g.numa_node)},
+                         {"cpus", g.cpus},
+                         {"driver", opt_json(g.driver)},
+                         {"source", g.source}});
   j["nics"] = Json::array();
   for (const auto& n : nics)
-    j["nics"].push_back({{"name", n.name}, {"netdev", opt_json(n.netdev)}, {"kind", n.kind},
-                         {"address", opt_json(n.address)}, {"pci_bus_id", opt_json(n.pci_bus_id)},
-                         {"numa_node", opt_json(n.numa_node)}, {"cpus", n.cpus}});
+    j["nics"].push_back({{"name", n.name},
+                         {"netdev", opt_json(n.netdev)},
+                         {"kind", n.kind},
+                         {"address", opt_json(n.address)},
+                         {"pci_bus_id", opt_json(n.pci_bus_id)},
+                         {"numa_node", opt_json(n.numa_node)},
+                         {"cpus", n.cpus}});
   j["disks"] = Json::array();
   for (const auto& d : disks)
-    j["disks"].push_back({{"name", d.name}, {"nvme", d.nvme}, {"size_bytes", opt_json(d.size_bytes)},
-                          {"pci_bus_id", opt_json(d.pci_bus_id)}, {"numa_node", opt_json(d.numa_node)}});
+    j["disks"].push_back({{"name", d.name},
+                          {"nvme", d.nvme},
+                          {"size_bytes", opt_json(d.size_bytes)},
+                          {"pci_bus_id", opt_json(d.pci_bus_id)},
+                          {"numa_node", opt_json(d.numa_node)}});
   j["gpu_links"] = gpu_links;
   j["gpu_nic_links"] = gpu_nic_links;
   j["nic_links"] = nic_links;

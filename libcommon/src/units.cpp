@@ -53,14 +53,22 @@ double parse_duration(std::string_view text) {
     if (unit.empty()) {
       if (u != s.size() || i - n != 0) bad("duration", text, kExpected);  // bare number only alone
       scale = 1;
-    } else if (unit == "d") scale = 86400;
-    else if (unit == "h") scale = 3600;
-    else if (unit == "m" || unit == "min") scale = 60;
-    else if (unit == "s") scale = 1;
-    else if (unit == "ms") scale = 1e-3;
-    else if (unit == "us") scale = 1e-6;
-    else if (unit == "ns") scale = 1e-9;
-    else bad("duration", text, kExpected);
+    } else if (unit == "d")
+      scale = 86400;
+    else if (unit == "h")
+      scale = 3600;
+    else if (unit == "m" || unit == "min")
+      scale = 60;
+    else if (unit == "s")
+      scale = 1;
+    else if (unit == "ms")
+      scale = 1e-3;
+    else if (unit == "us")
+      scale = 1e-6;
+    else if (unit == "ns")
+      scale = 1e-9;
+    else
+      bad("duration", text, kExpected);
     total += value * scale;
     i = u;
   }
@@ -76,12 +84,28 @@ std::uint64_t parse_size(std::string_view text) {
   if (n == 0) bad("size", text, kExpected);
   std::string_view unit = std::string_view(s).substr(n);
   if (!unit.empty() && unit.front() == ' ') unit.remove_prefix(1);
-  struct Suffix { std::string_view name; double scale; };
+  struct Suffix {
+    std::string_view name;
+    double scale;
+  };
   static constexpr std::array<Suffix, 17> kSuffixes{{
-      {"", 1}, {"b", 1},
-      {"k", 0x1p10}, {"m", 0x1p20}, {"g", 0x1p30}, {"t", 0x1p40}, {"p", 0x1p50},
-      {"kib", 0x1p10}, {"mib", 0x1p20}, {"gib", 0x1p30}, {"tib", 0x1p40}, {"pib", 0x1p50},
-      {"kb", 1e3}, {"mb", 1e6}, {"gb", 1e9}, {"tb", 1e12}, {"pb", 1e15},
+      {"", 1},
+      {"b", 1},
+      {"k", 0x1p10},
+      {"m", 0x1p20},
+      {"g", 0x1p30},
+      {"t", 0x1p40},
+      {"p", 0x1p50},
+      {"kib", 0x1p10},
+      {"mib", 0x1p20},
+      {"gib", 0x1p30},
+      {"tib", 0x1p40},
+      {"pib", 0x1p50},
+      {"kb", 1e3},
+      {"mb", 1e6},
+      {"gb", 1e9},
+      {"tb", 1e12},
+      {"pb", 1e15},
   }};
   double scale = -1;
   for (const auto& sfx : kSuffixes)
@@ -97,7 +121,10 @@ std::string format_bytes(std::uint64_t bytes) {
   static constexpr std::array<std::string_view, 7> kUnits{"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
   double v = static_cast<double>(bytes);
   std::size_t u = 0;
-  while (v >= 1024 && u + 1 < kUnits.size()) { v /= 1024; ++u; }
+  while (v >= 1024 && u + 1 < kUnits.size()) {
+    v /= 1024;
+    ++u;
+  }
   if (u == 0) return fmt::format("{} B", bytes);
   int decimals = v < 10 ? 2 : v < 100 ? 1 : 0;
   std::string num = fmt::format("{:.{}f}", v, decimals);

@@ -49,3 +49,13 @@ sys.exit(1 if bad else 0)
 PY
   [[ $status -eq 0 ]] || { echo "$output"; return 1; }
 }
+
+@test "every C++ and CUDA file is laid out as .clang-format says (make format rewrites them)" {
+  command -v clang-format >/dev/null || fail "clang-format is missing (packaging/install-deps.sh tests installs it)"
+  cd "$RKIT_ROOT"
+  mapfile -t files < <(git ls-files '*.cpp' '*.hpp' '*.cu' '*.cuh' '*.h')
+  ((${#files[@]} > 100)) || fail "only ${#files[@]} C++ files found: not a checkout?"
+  run clang-format --dry-run -Werror "${files[@]}"
+  # The first few places, as clang-format names them (file:line:col: error: ...).
+  [[ $status -eq 0 ]] || fail "$(grep -m 5 ': error:' <<<"$output")"
+}

@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
+#include "fuzz.hpp"
 #include "rkit/ckpt/archive.hpp"
 #include "rkit/ckpt/frame_codec.hpp"
-#include "fuzz.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace rkit::rckpt;

@@ -66,7 +66,6 @@ class KernelsGpu : public testing::Test {
   }
 };
 
-
 constexpr float kPadding = 1234.5f;
 
 // One sgemm problem: row-major with leading dimensions lda, ldb, ldc (>= k, n, n), and
@@ -260,7 +259,6 @@ cudaError_t download(std::vector<T>& v, const DeviceBuffer& d) {
   return cudaMemcpy(v.data(), d.as<T>(), v.size() * sizeof(T), cudaMemcpyDeviceToHost);
 }
 
-
 constexpr Activation kActivations[] = {Activation::Identity, Activation::Relu, Activation::Gelu};
 
 struct MlpShape {
@@ -268,7 +266,7 @@ struct MlpShape {
 };
 // Odd sizes, one row, one column, several row chunks of the backward's column sums (256
 // rows each), and a training-sized layer.
-const MlpShape kMlpShapes[] = {{1, 1},    {1, 17},  {17, 1},    {3, 31},   {7, 33},     {64, 16},
+const MlpShape kMlpShapes[] = {{1, 1},    {1, 17},  {17, 1},    {3, 31},     {7, 33},     {64, 16},
                                {255, 33}, {257, 5}, {513, 100}, {512, 1024}, {3001, 257}, {100000, 3}};
 
 TEST_F(KernelsGpu, MlpBiasActForwardMatchesTheReference) {
@@ -294,8 +292,8 @@ TEST_F(KernelsGpu, MlpBiasActForwardMatchesTheReference) {
       for (std::size_t i = 0; i < count; ++i) {
         const double tolerance = 4e-6 * (1 + std::fabs(static_cast<double>(y_ref[i])));
         if (!(std::fabs(static_cast<double>(y_gpu[i]) - y_ref[i]) <= tolerance) && ++bad <= 5)
-          ADD_FAILURE() << "y[" << i << "] = " << y_gpu[i] << ", the reference says " << y_ref[i] << " (z "
-                        << z_ref[i] << ")";
+          ADD_FAILURE() << "y[" << i << "] = " << y_gpu[i] << ", the reference says " << y_ref[i] << " (z " << z_ref[i]
+                        << ")";
       }
       EXPECT_EQ(bad, 0u);
       if (HasFailure()) return;
@@ -446,8 +444,8 @@ void check_mlp_cross_entropy(std::size_t m, std::size_t c, const std::vector<flo
   ASSERT_CUDA(out.status());
   ASSERT_CUDA(upload(dl, logits));
   ASSERT_CUDA(upload(dlab, labels));
-  ASSERT_CUDA(cross_entropy_loss(m, c, dl.as<float>(), dlab.as<std::int32_t>(), scale, dd.as<float>(), out.get(),
-                                 nullptr));
+  ASSERT_CUDA(
+      cross_entropy_loss(m, c, dl.as<float>(), dlab.as<std::int32_t>(), scale, dd.as<float>(), out.get(), nullptr));
   ASSERT_CUDA(cudaDeviceSynchronize());
   std::vector<float> d_gpu(count), d_ref(count);
   ASSERT_CUDA(download(d_gpu, dd));
@@ -463,8 +461,8 @@ void check_mlp_cross_entropy(std::size_t m, std::size_t c, const std::vector<flo
   }
   EXPECT_EQ(bad, 0u);
   // In place (dlogits == logits), and deterministic.
-  ASSERT_CUDA(cross_entropy_loss(m, c, dl.as<float>(), dlab.as<std::int32_t>(), scale, dl.as<float>(), out.get(),
-                                 nullptr));
+  ASSERT_CUDA(
+      cross_entropy_loss(m, c, dl.as<float>(), dlab.as<std::int32_t>(), scale, dl.as<float>(), out.get(), nullptr));
   std::vector<float> in_place(count);
   ASSERT_CUDA(download(in_place, dl));
   EXPECT_TRUE(same_bits(in_place, d_gpu));

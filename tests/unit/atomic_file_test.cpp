@@ -1,8 +1,8 @@
 #include "rkit/atomic_file.hpp"
 #include "rkit/file.hpp"
 
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>

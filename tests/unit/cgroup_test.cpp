@@ -100,8 +100,7 @@ TEST(CgroupParse, NoCgroupfs) {
 
 TEST(CgroupParse, StatFiles) {
   // v2 cpu.stat, memory.events; v1 memory.oom_control, as the kernel writes them.
-  const char* cpu_stat_v2 =
-      "usage_usec 301234\nuser_usec 300000\nsystem_usec 1234\nnr_periods 0\nnr_throttled 0\n";
+  const char* cpu_stat_v2 = "usage_usec 301234\nuser_usec 300000\nsystem_usec 1234\nnr_periods 0\nnr_throttled 0\n";
   const char* memory_events_v2 = "low 0\nhigh 0\nmax 17\noom 1\noom_kill 1\noom_group_kill 0\n";
   const char* oom_control_v1 = "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n";
   EXPECT_EQ(parse_keyed_value(cpu_stat_v2, "usage_usec"), 301234u);
@@ -531,7 +530,9 @@ class CgroupV2Test : public ::testing::Test {
     ::rmdir((layout_.unified + "/" + parent_).c_str());
     EXPECT_NE(::access((layout_.unified + "/" + parent_).c_str(), F_OK), 0) << "left behind";
   }
-  bool has(const std::string& c) const { return std::find(controllers_.begin(), controllers_.end(), c) != controllers_.end(); }
+  bool has(const std::string& c) const {
+    return std::find(controllers_.begin(), controllers_.end(), c) != controllers_.end();
+  }
 
   CgroupLayout layout_;
   std::vector<std::string> controllers_;

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "rkit/error.hpp"
-#include "test_support.hpp"
 #include "rkit/version.hpp"
+#include "test_support.hpp"
 
 namespace rkit {
 namespace {
@@ -41,7 +41,8 @@ struct Outcome {
 };
 
 // Runs `tool` on {name, args...} with stdout/stderr captured.
-Outcome run_tool(Tool& tool, std::vector<std::string> args, const std::function<int()>& body = [] { return 0; }) {
+Outcome run_tool(
+    Tool& tool, std::vector<std::string> args, const std::function<int()>& body = [] { return 0; }) {
   args.insert(args.begin(), tool.name());
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());

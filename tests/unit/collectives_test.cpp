@@ -135,9 +135,7 @@ std::vector<float> definition(Collective c, unsigned rank, unsigned ranks, const
       case Collective::ReduceScatter:
         for (unsigned r = 0; r < ranks; ++r) out[i] += collective_input(r, rank * b + i, seed);
         break;
-      case Collective::Alltoall:
-        out[i] = collective_input(static_cast<unsigned>(i / b), rank * b + i % b, seed);
-        break;
+      case Collective::Alltoall: out[i] = collective_input(static_cast<unsigned>(i / b), rank * b + i % b, seed); break;
     }
   }
   return out;
@@ -181,8 +179,10 @@ TEST(Collectives, WrongCountFindsEveryBrokenElement) {
     const bool per_rank = !same_result_on_every_rank(c);
     EXPECT_EQ(per_rank, c == Collective::ReduceScatter || c == Collective::Alltoall);
     const std::uint64_t wrong = count_wrong(c, rank, ranks, k, other.data(), kCheckSeed);
-    if (per_rank) EXPECT_GT(wrong, k.recv * 9 / 10);
-    else EXPECT_EQ(wrong, 0u);
+    if (per_rank)
+      EXPECT_GT(wrong, k.recv * 9 / 10);
+    else
+      EXPECT_EQ(wrong, 0u);
   }
   // allgather: two ranks' blocks swapped.
   const CollectiveCounts k = collective_counts(Collective::Allgather, 4096, ranks);

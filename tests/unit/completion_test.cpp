@@ -138,7 +138,8 @@ TEST_F(CompletionTest, BashCompletesWhatTheAppAccepts) {
 
   Words top_opts = bash_complete(path, {"rt", "--"}, cwd);
   EXPECT_NE(std::find(top_opts.begin(), top_opts.end(), "--input"), top_opts.end());
-  EXPECT_EQ(std::find(top_opts.begin(), top_opts.end(), "--policy"), top_opts.end()) << "subcommand option at top level";
+  EXPECT_EQ(std::find(top_opts.begin(), top_opts.end(), "--policy"), top_opts.end())
+      << "subcommand option at top level";
 }
 
 TEST_F(CompletionTest, ZshScriptNamesSubcommandsOptionsAndChoices) {
@@ -157,9 +158,11 @@ TEST(Completion, OutputFileOptionsCompleteFileNames) {
   CLI::App app("Draw", "rd");
   std::string out;
   app.add_option("--html", out, "Write the page to OUT")->type_name("OUT");
-  EXPECT_TRUE(contains(completion_script(app, "fish"), "complete -c rd -l html -r -F -d")) << completion_script(app, "fish");
+  EXPECT_TRUE(contains(completion_script(app, "fish"), "complete -c rd -l html -r -F -d"))
+      << completion_script(app, "fish");
   EXPECT_TRUE(contains(completion_script(app, "zsh"), "(--html)\n      _files"));
-  EXPECT_TRUE(contains(completion_script(app, "bash"), "--html)\n      COMPREPLY=($(compgen -f -- \"$cur\")); return ;;"));
+  EXPECT_TRUE(
+      contains(completion_script(app, "bash"), "--html)\n      COMPREPLY=($(compgen -f -- \"$cur\")); return ;;"));
 }
 
 TEST_F(CompletionTest, ZshScriptIsValidZsh) {

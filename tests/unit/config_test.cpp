@@ -152,7 +152,6 @@ TEST_F(ConfigTest, LoadsTheFileFromTheEnvironment) {
   EXPECT_EQ(cfg.get_string("rtop.policy"), "pack");
 }
 
-
 TEST_F(ConfigTest, TablesAndArraysByDottedPathAndOfTheWrongType) {
   std::string path = make_config("c.toml",
                                  "[rsub]\n"

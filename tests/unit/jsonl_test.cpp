@@ -148,8 +148,8 @@ TEST(CheckSchema, MissingSchemaIsADataError) {
 }
 
 TEST(CheckSchema, WrongFamilyIsADataError) {
-  for (const char* s : {"rkit.topology.v1", "rkit.jobs.v1", "rkit.job", "rkit.job.v", "rkit.job.v0",
-                        "rkit.job.vx", "rkit.job.v1x", "rkit.job.v-1", "x", ""}) {
+  for (const char* s : {"rkit.topology.v1", "rkit.jobs.v1", "rkit.job", "rkit.job.v", "rkit.job.v0", "rkit.job.vx",
+                        "rkit.job.v1x", "rkit.job.v-1", "x", ""}) {
     Error e = schema_error(Json{{"schema", s}}, "rkit.job", 1);
     EXPECT_EQ(e.code(), Exit::DataErr) << s;
     EXPECT_EQ(std::string(e.what()).rfind("jobs.jsonl:7: ", 0), 0u) << e.what();
@@ -239,8 +239,8 @@ TEST(BytesJson, EveryByteStringComesBack) {
 }
 
 TEST(BytesJson, OtherValuesAreDataErrors) {
-  for (const char* text : {"1", "null", "{}", "{\"hex\": \"f\"}", "{\"hex\": \"FF\"}", "{\"hex\": \"zz\"}", "{\"hex\": 1}",
-                           "{\"hex\": \"ff\", \"x\": 1}"})
+  for (const char* text : {"1", "null", "{}", "{\"hex\": \"f\"}", "{\"hex\": \"FF\"}", "{\"hex\": \"zz\"}",
+                           "{\"hex\": 1}", "{\"hex\": \"ff\", \"x\": 1}"})
     try {
       bytes_of(parse_json(text, "test"), "arg");
       ADD_FAILURE() << text;

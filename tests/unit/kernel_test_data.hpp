@@ -24,7 +24,6 @@ namespace rkit::kernel_tests {
 
 using rkit::mix64;  // the tests' random values: rkit/rng.hpp
 
-
 // The next value of the sequence `seed` names, in [-1, 1).
 inline double random_value(std::uint64_t& seed) {
   return static_cast<double>(mix64(seed += kGolden64) >> 11) * 0x1p-52 - 1.0;
@@ -42,7 +41,7 @@ inline std::vector<float> random_floats(std::size_t n, double scale, std::uint64
 inline std::vector<float> pre_activations(std::size_t n, std::uint64_t seed) {
   std::vector<float> v = random_floats(n, 4.0, seed);
   constexpr float kSpecial[] = {0.0f, -0.0f, 1.0f, -1.0f, 10.0f, -10.0f, 30.0f, -30.0f, 1e-30f, -1e-30f,
-                                5.5f, -5.5f, 1e4f, -1e4f, 3.92f, -3.92f, 6.2f, -6.2f, 0.5f, -7.0f};
+                                5.5f, -5.5f, 1e4f, -1e4f, 3.92f, -3.92f, 6.2f,  -6.2f,  0.5f,   -7.0f};
   for (std::size_t i = 0; i < n; i += 7) v[i] = kSpecial[(i / 7) % std::size(kSpecial)];
   return v;
 }

@@ -31,16 +31,12 @@ constexpr Activation kActivations[] = {Activation::Identity, Activation::Relu, A
 
 const char* name(Activation act) {
   switch (act) {
-    case Activation::Identity:
-      return "identity";
-    case Activation::Relu:
-      return "relu";
-    case Activation::Gelu:
-      return "gelu";
+    case Activation::Identity: return "identity";
+    case Activation::Relu: return "relu";
+    case Activation::Gelu: return "gelu";
   }
   return "?";
 }
-
 
 // The exact GELU and its derivative, in double.
 double gelu_exact(double z) { return z * 0.5 * std::erfc(-z / std::numbers::sqrt2); }
@@ -48,11 +44,10 @@ double gelu_derivative_exact(double z) {
   return 0.5 * std::erfc(-z / std::numbers::sqrt2) + z * std::exp(-0.5 * z * z) / std::sqrt(2 * std::numbers::pi);
 }
 
-
 struct Shape {
   std::size_t m, n;
 };
-constexpr Shape kShapes[] = {{0, 0},  {0, 5},   {5, 0},    {1, 1},    {1, 17},  {17, 1},   {3, 31},
+constexpr Shape kShapes[] = {{0, 0},  {0, 5},   {5, 0},    {1, 1},    {1, 17},   {17, 1},  {3, 31},
                              {7, 33}, {64, 16}, {31, 100}, {33, 515}, {2, 1025}, {129, 7}, {512, 64}};
 
 // --- the references against hand-computed values ------------------------------------
@@ -63,9 +58,14 @@ TEST(MlpRef, GeluForwardKnownValues) {
     float z;
     double gelu;
   };
-  const Case cases[] = {{1.0f, 0.8413447460685429},   {-1.0f, -0.15865525393145705}, {2.0f, 1.9544997361036416},
-                        {0.5f, 0.34573123063700655},  {0.0f, 0.0},                   {-10.0f, -7.6198530241605261e-23},
-                        {30.0f, 30.0},                {-30.0f, 0.0}};
+  const Case cases[] = {{1.0f, 0.8413447460685429},
+                        {-1.0f, -0.15865525393145705},
+                        {2.0f, 1.9544997361036416},
+                        {0.5f, 0.34573123063700655},
+                        {0.0f, 0.0},
+                        {-10.0f, -7.6198530241605261e-23},
+                        {30.0f, 30.0},
+                        {-30.0f, 0.0}};
   for (const Case& c : cases) {
     float z = c.z, y = -1;
     bias_act_forward_ref(Activation::Gelu, 1, 1, bias.data(), &z, &y);
@@ -117,9 +117,14 @@ TEST(MlpRef, GeluDerivativeIsPhiPlusZPhi) {
     double derivative;
   };
   // Phi(z) + z phi(z): Phi(1) = 0.8413447460685429, phi(1) = 0.24197072451914337.
-  const Case cases[] = {{1.0f, 1.0833154705876863},  {-1.0f, -0.083315470587686298}, {2.0f, 1.0852318010781969},
-                        {0.0f, 0.5},                 {0.5f, 0.86749512465616284},     {-10.0f, -7.6184000964648141e-22},
-                        {30.0f, 1.0},                {-30.0f, 0.0}};
+  const Case cases[] = {{1.0f, 1.0833154705876863},
+                        {-1.0f, -0.083315470587686298},
+                        {2.0f, 1.0852318010781969},
+                        {0.0f, 0.5},
+                        {0.5f, 0.86749512465616284},
+                        {-10.0f, -7.6184000964648141e-22},
+                        {30.0f, 1.0},
+                        {-30.0f, 0.0}};
   for (const Case& c : cases) {
     const float dy = 1.0f;
     float dz = -1, dbias = -1;
@@ -156,7 +161,7 @@ TEST(MlpRef, MseKnownValues) {
   const std::vector<float> target = {0, 2, 5, 1};  // differences 1, 0, -2, 3
   std::vector<float> dpred(4);
   EXPECT_EQ(mse_loss_ref(2, 2, pred.data(), target.data(), 0.25f, dpred.data()), 14.0);
-  EXPECT_EQ(dpred, (std::vector<float>{0.5f, 0.0f, -1.0f, 1.5f}));  // 2 * 0.25 * difference
+  EXPECT_EQ(dpred, (std::vector<float>{0.5f, 0.0f, -1.0f, 1.5f}));                      // 2 * 0.25 * difference
   EXPECT_EQ(mse_loss_ref(2, 2, pred.data(), target.data(), 0.25f, pred.data()), 14.0);  // in place
   EXPECT_EQ(pred, dpred);
   EXPECT_EQ(mse_loss_ref(0, 4, nullptr, nullptr, 1.0f, nullptr), 0.0);
@@ -171,7 +176,11 @@ TEST(MlpRef, CrossEntropyKnownValues) {
   std::vector<float> d(6);
   const double loss = cross_entropy_loss_ref(2, 3, logits.data(), labels.data(), scale, d.data());
   EXPECT_NEAR(loss, std::log(3.0) + 0.4076059644443803, 1e-15);
-  const double want[] = {(1 / 3.0 - 1) * 0.5, 1 / 6.0, 1 / 6.0, 0.090030573170380458 * 0.5, 0.24472847105479765 * 0.5,
+  const double want[] = {(1 / 3.0 - 1) * 0.5,
+                         1 / 6.0,
+                         1 / 6.0,
+                         0.090030573170380458 * 0.5,
+                         0.24472847105479765 * 0.5,
                          (0.66524095577482189 - 1) * 0.5};
   for (std::size_t i = 0; i < 6; ++i) EXPECT_LE(ulps(d[i], static_cast<float>(want[i])), 1) << i;
 
@@ -546,11 +555,11 @@ TEST(MlpCpu, CrossEntropyBigLogitsStayFinite) {
   // +-80 logits: right and confidently wrong rows, ties, and a row of equal big logits.
   const std::size_t m = 6, c = 5;
   std::vector<float> logits(m * c, -80.0f);
-  logits[0 * c + 0] = 80.0f;  // right, label 0
-  logits[1 * c + 4] = 80.0f;  // wrong, label 0: loss 160
-  logits[2 * c + 4] = 80.0f;  // right, label c - 1
+  logits[0 * c + 0] = 80.0f;                                      // right, label 0
+  logits[1 * c + 4] = 80.0f;                                      // wrong, label 0: loss 160
+  logits[2 * c + 4] = 80.0f;                                      // right, label c - 1
   for (std::size_t j = 0; j < c; ++j) logits[3 * c + j] = 80.0f;  // all equal: log 5
-  logits[4 * c + 1] = 80.0f, logits[4 * c + 2] = 80.0f;            // a tie, label on one
+  logits[4 * c + 1] = 80.0f, logits[4 * c + 2] = 80.0f;           // a tie, label on one
   for (std::size_t j = 0; j < c; ++j) logits[5 * c + j] = j % 2 ? 80.0f : -80.0f;
   const std::vector<std::int32_t> labels = {0, 0, 4, 2, 1, 0};
   check_cross_entropy(m, c, logits, labels, 1.0f);

@@ -152,10 +152,11 @@ TEST(Prices, DerivedRatesDefaultToPue1AndNumberIsDefaultGpu) {
   EXPECT_DOUBLE_EQ(p.cpu_hour, (0.4 + 0.5 * 1.0 * 0.1) / 64);
   EXPECT_EQ(p.gpu_hour, (std::map<std::string, double>{{"default", 1.0}})) << "a derived table is the default price";
   EXPECT_EQ(p.derivation("gpu_hour.default"), "35040 / (4 y × 8760 h)") << "no power draw: no power term";
-  EXPECT_DOUBLE_EQ(load_text(dir, "[backends.a]\ncpu_hour = { purchase_price = 8760, depreciation_years = 1, power_w = 1000 }\n")
-                       .at("a")
-                       .cpu_hour,
-                   1.0)
+  EXPECT_DOUBLE_EQ(
+      load_text(dir, "[backends.a]\ncpu_hour = { purchase_price = 8760, depreciation_years = 1, power_w = 1000 }\n")
+          .at("a")
+          .cpu_hour,
+      1.0)
       << "no electricity price: power is free";
 }
 
@@ -278,16 +279,19 @@ TEST(Prices, ErrorsNameFileAndLine) {
       {"[backends.a]\ncpu_hour = nan\n", ":2: backends.a.cpu_hour must be a number"},
       {"[backends.a]\ngpu_hour = { H100 = inf }\n", ":2: backends.a.gpu_hour.H100 must be a number"},
       // Markets.
-      {"[backends.a]\ncpu_hour = 1\nspot_discount = 0.5\n", ":3: backends.a.spot_discount is only for market = \"spot\""},
+      {"[backends.a]\ncpu_hour = 1\nspot_discount = 0.5\n",
+       ":3: backends.a.spot_discount is only for market = \"spot\""},
       {"[backends.a]\nmarket = \"on_demand\"\nspot_discount = 0.5\n",
        ":3: backends.a.spot_discount is only for market = \"spot\""},
-      {"[backends.a]\ncpu_hour = 1\nmarket = \"spot\"\n", ":3: backends.a.market is \"spot\" but spot_discount is not given"},
+      {"[backends.a]\ncpu_hour = 1\nmarket = \"spot\"\n",
+       ":3: backends.a.market is \"spot\" but spot_discount is not given"},
       {"[backends.a]\nmarket = \"spot\"\nspot_discount = 1\n",
        ":3: backends.a.spot_discount must be at least 0 and less than 1"},
       {"[backends.a]\nmarket = \"spot\"\nspot_discount = -0.2\n",
        ":3: backends.a.spot_discount must be at least 0 and less than 1"},
       {"[backends.a]\nmarket = \"spot\"\nspot_discount = \"60%\"\n", ":3: backends.a.spot_discount must be a number"},
-      {"[backends.a]\nmarket = \"reserved\"\n", ":2: backends.a.market must be \"on_premises\", \"on_demand\" or \"spot\""},
+      {"[backends.a]\nmarket = \"reserved\"\n",
+       ":2: backends.a.market must be \"on_premises\", \"on_demand\" or \"spot\""},
       {"[backends.a]\nmarket = 3\n", ":2: backends.a.market must be \"on_premises\", \"on_demand\" or \"spot\""},
   };
   for (const auto& [text, message] : cases) {
@@ -357,7 +361,8 @@ TEST(Prices, ExampleSheetParses) {
   EXPECT_DOUBLE_EQ(spot.spot_discount, 0.6);
   EXPECT_DOUBLE_EQ(spot.list_hourly(8, 2, "NVIDIA H200", 64ull << 30), cloud.hourly(8, 2, "NVIDIA H200", 64ull << 30))
       << "the same list prices";
-  EXPECT_NEAR(spot.hourly(8, 2, "NVIDIA H200", 64ull << 30), 0.4 * cloud.hourly(8, 2, "NVIDIA H200", 64ull << 30), 1e-12);
+  EXPECT_NEAR(spot.hourly(8, 2, "NVIDIA H200", 64ull << 30), 0.4 * cloud.hourly(8, 2, "NVIDIA H200", 64ull << 30),
+              1e-12);
 }
 
 TEST(PricesConfigured, RcostPricesThenRsubAutoPricesRelativeToTheConfigFile) {

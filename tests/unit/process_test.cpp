@@ -41,8 +41,7 @@ bool ended(pid_t pid) {
     std::string line;
     std::getline(stat, line);
     auto paren = line.rfind(')');
-    if (paren != std::string::npos && paren + 2 < line.size() &&
-        (line[paren + 2] == 'Z' || line[paren + 2] == 'X'))
+    if (paren != std::string::npos && paren + 2 < line.size() && (line[paren + 2] == 'Z' || line[paren + 2] == 'X'))
       return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
@@ -639,7 +638,7 @@ class SignalForwarderTest : public ::testing::Test {
     for (int i = 0; i < 3; ++i) ::sigaction(kSignals[i], &saved_[i], nullptr);
   }
   static constexpr int kSignals[3] = {SIGINT, SIGTERM, SIGHUP};
-  struct sigaction saved_[3] {};
+  struct sigaction saved_[3]{};
 };
 
 TEST_F(SignalForwarderTest, ForwardsSigtermToTheChild) {

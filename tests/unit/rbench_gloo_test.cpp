@@ -22,7 +22,8 @@ TEST(comm_gloo, SweepAndIterations) {
   EXPECT_EQ(full.front(), 16u);
   EXPECT_EQ(full.back(), 64u << 20);
   for (std::size_t i = 1; i < full.size(); ++i) EXPECT_EQ(full[i], 4 * full[i - 1]);
-  EXPECT_EQ(quick, (std::vector<std::uint64_t>{1 << 10, 64 << 10, 4 << 20, 64 << 20}));  // 64 MiB: the fidelity goal's size
+  EXPECT_EQ(quick,
+            (std::vector<std::uint64_t>{1 << 10, 64 << 10, 4 << 20, 64 << 20}));  // 64 MiB: the fidelity goal's size
   EXPECT_EQ(iterations_per_sample(64 << 20), 1);
   EXPECT_EQ(iterations_per_sample(256 << 20), 1);
   EXPECT_EQ(iterations_per_sample(4 << 20), 16);
@@ -88,7 +89,7 @@ TEST(comm_gloo, PlanSurvivesTheWorkerCommandLine) {
   EXPECT_EQ(back.warmup, 0);
   EXPECT_EQ(back.reps, 7);
   EXPECT_EQ(back.timeout.count(), 2500);
-  EXPECT_THROW(plan_from_args({"rank=1", "ranks=2"}), Error);            // no store
+  EXPECT_THROW(plan_from_args({"rank=1", "ranks=2"}), Error);  // no store
   EXPECT_THROW(plan_from_args({"rank=2", "ranks=2", "store=/tmp"}), Error);
   EXPECT_THROW(plan_from_args({"store=/tmp", "reps=x"}), Error);
   EXPECT_THROW(plan_from_args({"store=/tmp", "collectives=alltoall"}), Error);

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "suites/io_seq.hpp"
 #include "suite.hpp"
+#include "suites/io_seq.hpp"
 #include "test_support.hpp"
 
 namespace rkit::rbench {
@@ -71,8 +71,8 @@ TEST(RbenchIoSeq, BlockPatternCatchesMisplacedStaleAndChangedData) {
   pat.stamp(buf.data(), 2, 7);
   EXPECT_TRUE(pat.stamps_ok(buf.data(), 2, 7));
   EXPECT_TRUE(pat.all_ok(buf.data(), 2, 7));
-  EXPECT_FALSE(pat.stamps_ok(buf.data(), 2, 8));  // another block's place
-  EXPECT_FALSE(pat.stamps_ok(buf.data(), 3, 7));  // left from an earlier pass
+  EXPECT_FALSE(pat.stamps_ok(buf.data(), 2, 8));                        // another block's place
+  EXPECT_FALSE(pat.stamps_ok(buf.data(), 3, 7));                        // left from an earlier pass
   EXPECT_FALSE(io::BlockPattern(1 << 20).stamps_ok(buf.data(), 2, 7));  // another block size's pass
 
   // One page of block 7 swapped with the same page of block 8: the stamps catch it.
@@ -136,7 +136,8 @@ TEST(RbenchIoSeq, BlockSizesCanBeChosen) {
   ASSERT_EQ(results.size(), 4u);
   EXPECT_EQ(results[0].params["block_bytes"], 64 << 10);
   EXPECT_EQ(results[3].params["block_bytes"], 2 << 20);
-  for (const char* bad : {"4M,1M", "1000", "x", "128M", "1M,"}) {  // decreasing; not 4K-aligned; not a size; too big; empty
+  for (const char* bad :
+       {"4M,1M", "1000", "x", "128M", "1M,"}) {  // decreasing; not 4K-aligned; not a size; too big; empty
     env.set("RKIT_BENCH_IO_BLOCKS", bad);
     Error e = testing::error_of([&] { io_seq().check_options(quick_in(dir.path())); });
     EXPECT_EQ(e.code(), Exit::Usage) << bad << ": " << e.what();

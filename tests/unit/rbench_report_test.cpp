@@ -14,16 +14,16 @@ namespace {
 
 Json record(const std::string& suite, const std::string& metric, const std::string& unit, double median,
             Json params = Json::object()) {
-  return Json{{"schema", "rkit.bench.v1"}, {"suite", suite},   {"metric", metric},
-              {"unit", unit},              {"params", params}, {"median", median},
-              {"min", median * 0.9},       {"max", median * 1.1}, {"samples", {median}},
-              {"correct", true},           {"host", {{"hostname", "h"}}}};
+  return Json{{"schema", "rkit.bench.v1"}, {"suite", suite},   {"metric", metric},           {"unit", unit},
+              {"params", params},          {"median", median}, {"min", median * 0.9},        {"max", median * 1.1},
+              {"samples", {median}},       {"correct", true},  {"host", {{"hostname", "h"}}}};
 }
 
 std::vector<ResultsFile> one_file(std::vector<Json> records) { return {{"results.jsonl", std::move(records)}}; }
 
 bool any_note(const Report& r, const std::string& part) {
-  return std::any_of(r.notes.begin(), r.notes.end(), [&](const std::string& n) { return n.find(part) != std::string::npos; });
+  return std::any_of(r.notes.begin(), r.notes.end(),
+                     [&](const std::string& n) { return n.find(part) != std::string::npos; });
 }
 
 int count(const std::string& text, const std::string& part) {
@@ -40,8 +40,9 @@ TEST(RbenchReport, GemmIntensityIsFlopsOverTheBytesOfThreeMatrices) {
   EXPECT_DOUBLE_EQ(*gemm_intensity(record("gpu.gemm", "tensor", "TFLOP/s", 1, {{"n", 300}, {"dtype", "bf16"}})), 100.0);
   EXPECT_DOUBLE_EQ(*gemm_intensity(record("gpu.gemm", "float16", "TFLOP/s", 1, {{"n", 300}})), 100.0);  // not "float"
   // m=2, n=3, k=4: 48 FLOP over (8 + 12 + 6) elements of elem_bytes 4.
-  EXPECT_DOUBLE_EQ(*gemm_intensity(record("x.gemm", "mm", "GFLOP/s", 1, {{"m", 2}, {"n", 3}, {"k", 4}, {"elem_bytes", 4}})),
-                   48.0 / (26 * 4));
+  EXPECT_DOUBLE_EQ(
+      *gemm_intensity(record("x.gemm", "mm", "GFLOP/s", 1, {{"m", 2}, {"n", 3}, {"k", 4}, {"elem_bytes", 4}})),
+      48.0 / (26 * 4));
   EXPECT_FALSE(gemm_intensity(record("x.gemm", "mm", "GFLOP/s", 1, {{"n", 64}})));       // element size unknown
   EXPECT_FALSE(gemm_intensity(record("cpu.gemm", "sgemm", "GFLOP/s", 1, {{"m", 64}})));  // no n
   EXPECT_FALSE(gemm_intensity(record("cpu.gemm", "sgemm", "GFLOP/s", 1, {{"n", -5}})));
@@ -90,7 +91,7 @@ TEST(RbenchReport, GpuRooflinePointsAreTheFlopRatesNotThePercentOfCublas) {
   EXPECT_EQ(roofline.find("own_sgemm_of_cublas"), std::string::npos);
   EXPECT_EQ(count(roofline, "\nintensity 256 FLOP/byte"), 1);  // fp16 at 1024: its fp32 C counted at 4 bytes
   EXPECT_EQ(count(roofline, "\nintensity 512 FLOP/byte"), 1);  // fp8 at 1024: its bf16 C at 2
-  EXPECT_EQ(count(r.html, "data-kind=\"bars\""), 3);          // gpu.stream; gpu.gemm in TFLOP/s and in %
+  EXPECT_EQ(count(r.html, "data-kind=\"bars\""), 3);           // gpu.stream; gpu.gemm in TFLOP/s and in %
 }
 
 // comm.gloo's records as it writes them: one per collective and size.
@@ -120,8 +121,8 @@ TEST(RbenchReport, CollectiveBarsKeepEveryFileAndHost) {
   for (const char* label : {">allreduce [base.jsonl]</text>", ">allreduce [new.jsonl]</text>",
                             ">broadcast [base.jsonl]</text>", ">broadcast [new.jsonl]</text>"})
     EXPECT_EQ(count(bars, label), 1) << label;
-  EXPECT_EQ(count(bars, "<rect "), 1 + 4);  // the background and four bars
-  EXPECT_EQ(count(bars, "bytes=64\u00a0MiB"), 4);   // each at the largest size, in its tooltip
+  EXPECT_EQ(count(bars, "<rect "), 1 + 4);         // the background and four bars
+  EXPECT_EQ(count(bars, "bytes=64\u00a0MiB"), 4);  // each at the largest size, in its tooltip
 
   // Two hosts in one file: a bar for each.
   auto both = gloo_run(1, "node-a");
@@ -203,7 +204,7 @@ TEST(RbenchReport, ChartsOnlyForWhatTheRecordsHave) {
   EXPECT_EQ(r.html.find("iters=20</text>"), std::string::npos);
   EXPECT_NE(r.html.find(">allreduce</text>"), std::string::npos);
   EXPECT_NE(r.html.find("best measured: sgemm 100 GFLOP/s"), std::string::npos);  // no peak in the records
-  EXPECT_EQ(html_report(one_file(both)).html, r.html);                           // the same page every time
+  EXPECT_EQ(html_report(one_file(both)).html, r.html);                            // the same page every time
 }
 
 TEST(RbenchReport, OddFieldsNeverThrowAndTextIsEscaped) {

@@ -37,7 +37,7 @@ TEST(MannWhitney, SeparatesRealDifferencesFromNoise) {
 }
 
 Json record(const std::string& metric, const std::string& unit, std::vector<double> samples) {
-  Json r = {{"schema", "rkit.bench.v1"}, {"suite", "cpu.test"}, {"metric", metric}, {"unit", unit},
+  Json r = {{"schema", "rkit.bench.v1"},   {"suite", "cpu.test"}, {"metric", metric}, {"unit", unit},
             {"params", {{"bytes", 1024}}}, {"samples", samples}};
   r["median"] = summarize(samples).median;
   return r;
@@ -68,7 +68,8 @@ TEST(CompareRuns, FewRepetitionsDecideByTheRatioAlone) {
   auto rows = compare_runs({record("triad", "GB/s", {100, 101, 99})}, {record("triad", "GB/s", {80, 81, 79})}, 0.95);
   EXPECT_EQ(rows[0].verdict, "regression");
   EXPECT_FALSE(rows[0].p_value);
-  auto better = compare_runs({record("triad", "GB/s", {100, 101, 99})}, {record("triad", "GB/s", {130, 131, 129})}, 0.95);
+  auto better =
+      compare_runs({record("triad", "GB/s", {100, 101, 99})}, {record("triad", "GB/s", {130, 131, 129})}, 0.95);
   EXPECT_EQ(better[0].verdict, "better");
 }
 
@@ -83,11 +84,11 @@ TEST(BenchRecords, ReadingRefusesMalformedRecords) {
   testing::TempDir dir;
   testing::write(dir.file("ok.jsonl"), to_json_line(record("triad", "GB/s", {1, 2})) + "\n");
   EXPECT_EQ(read_bench_records(dir.file("ok.jsonl")).size(), 1u);
-  for (const char* bad : {R"({"schema":"rkit.bench.v2","suite":"a","metric":"b","unit":"s","median":1,"samples":[1]})",
-                          R"({"schema":"rkit.bench.v1","suite":"a","metric":"b","unit":"s","samples":[1]})",
-                          R"({"schema":"rkit.bench.v1","suite":"a","metric":"b","unit":"s","median":1,"samples":[]})",
-                          R"({"schema":"rkit.bench.v1","suite":"a","metric":"b","unit":"s","median":1,"samples":["x"]})",
-                          "not json"}) {
+  for (const char* bad :
+       {R"({"schema":"rkit.bench.v2","suite":"a","metric":"b","unit":"s","median":1,"samples":[1]})",
+        R"({"schema":"rkit.bench.v1","suite":"a","metric":"b","unit":"s","samples":[1]})",
+        R"({"schema":"rkit.bench.v1","suite":"a","metric":"b","unit":"s","median":1,"samples":[]})",
+        R"({"schema":"rkit.bench.v1","suite":"a","metric":"b","unit":"s","median":1,"samples":["x"]})", "not json"}) {
     testing::write(dir.file("bad.jsonl"), std::string(bad) + "\n");
     EXPECT_EQ(testing::error_of([&] { read_bench_records(dir.file("bad.jsonl")); }).code(), Exit::DataErr) << bad;
   }

@@ -8,11 +8,11 @@
 #include <random>
 #include <thread>
 
+#include "pack.hpp"
 #include "rkit/ckpt/archive.hpp"
 #include "rkit/ckpt/extract.hpp"
 #include "rkit/ckpt/frame_codec.hpp"
 #include "rkit/ckpt/manifest.hpp"
-#include "pack.hpp"
 #include "rkit/safetensors.hpp"
 #include "test_support.hpp"
 
@@ -210,35 +210,43 @@ TEST(Manifest, UnsafeSymlinkNamesWhyAndFollowsNoOtherLink) {
   EXPECT_NE(unsafe_symlink("x", "y/..", entries).find("through another symlink"), std::string::npos);
   EXPECT_NE(unsafe_symlink("x", "d/../../z", entries).find("leaves the root"), std::string::npos);
   EXPECT_NE(unsafe_symlink("x", "/etc", entries).find("absolute"), std::string::npos);
-  expect_refused(manifest_text(R"([{"path":"y","type":"symlink","target":"."},{"path":"x","type":"symlink","target":"y/.."}])",
-                               "[]"),
-                 "through another symlink");
+  expect_refused(
+      manifest_text(R"([{"path":"y","type":"symlink","target":"."},{"path":"x","type":"symlink","target":"y/.."}])",
+                    "[]"),
+      "through another symlink");
 }
 
 TEST(Manifest, RefusesSharedFrameBytesAndAbsoluteBases) {
   std::string two_files = R"([{"path":"a","type":"file","bytes":10,"first_frame":0,"frame_count":1},)"
                           R"({"path":"b","type":"file","bytes":10,"first_frame":1,"frame_count":1}])";
-  std::string shared = R"([{"file":0,"raw_offset":0,"raw_bytes":10,"xxh3":"00000000000000ff","offset":1024,"bytes":20},)"
-                       R"({"file":1,"raw_offset":0,"raw_bytes":10,"xxh3":"00000000000000ff","offset":1030,"bytes":20}])";
+  std::string shared =
+      R"([{"file":0,"raw_offset":0,"raw_bytes":10,"xxh3":"00000000000000ff","offset":1024,"bytes":20},)"
+      R"({"file":1,"raw_offset":0,"raw_bytes":10,"xxh3":"00000000000000ff","offset":1030,"bytes":20}])";
   expect_refused(manifest_text(two_files, shared), "share archive bytes");
   expect_refused(manifest_text(kOneFile, kOneFrame, R"({"name":"/etc/x.rkpt","archive_xxh3":"0000000000000001"})"),
                  "relative");
 }
 
 TEST(Manifest, RefusesFramesThatDoNotCoverTheirFile) {
-  std::string gap = R"([{"file":0,"raw_offset":1,"raw_bytes":9,"shuffle":1,"xxh3":"00000000000000ff","offset":0,"bytes":9}])";
+  std::string gap =
+      R"([{"file":0,"raw_offset":1,"raw_bytes":9,"shuffle":1,"xxh3":"00000000000000ff","offset":0,"bytes":9}])";
   expect_refused(manifest_text(kOneFile, gap), "does not continue");
-  std::string short_frame = R"([{"file":0,"raw_offset":0,"raw_bytes":9,"shuffle":1,"xxh3":"00000000000000ff","offset":0,"bytes":9}])";
+  std::string short_frame =
+      R"([{"file":0,"raw_offset":0,"raw_bytes":9,"shuffle":1,"xxh3":"00000000000000ff","offset":0,"bytes":9}])";
   expect_refused(manifest_text(kOneFile, short_frame), "frames hold 9 bytes");
-  std::string outside = R"([{"file":0,"raw_offset":0,"raw_bytes":10,"shuffle":1,"xxh3":"00000000000000ff","offset":99999,"bytes":20}])";
+  std::string outside =
+      R"([{"file":0,"raw_offset":0,"raw_bytes":10,"shuffle":1,"xxh3":"00000000000000ff","offset":99999,"bytes":20}])";
   expect_refused(manifest_text(kOneFile, outside), "beyond the archive");
-  std::string huge = R"([{"file":0,"raw_offset":0,"raw_bytes":999999999999,"shuffle":1,"xxh3":"00000000000000ff","offset":0,"bytes":20}])";
+  std::string huge =
+      R"([{"file":0,"raw_offset":0,"raw_bytes":999999999999,"shuffle":1,"xxh3":"00000000000000ff","offset":0,"bytes":20}])";
   expect_refused(manifest_text(kOneFile, huge), "raw_bytes");
-  std::string odd_shuffle = R"([{"file":0,"raw_offset":0,"raw_bytes":10,"shuffle":4,"xxh3":"00000000000000ff","offset":0,"bytes":20}])";
+  std::string odd_shuffle =
+      R"([{"file":0,"raw_offset":0,"raw_bytes":10,"shuffle":4,"xxh3":"00000000000000ff","offset":0,"bytes":20}])";
   expect_refused(manifest_text(kOneFile, odd_shuffle), "shuffle");
   std::string bad_hash = R"([{"file":0,"raw_offset":0,"raw_bytes":10,"shuffle":1,"xxh3":"xyz","offset":0,"bytes":20}])";
   expect_refused(manifest_text(kOneFile, bad_hash), "hex hash");
-  std::string no_base = R"([{"file":0,"raw_offset":0,"raw_bytes":10,"shuffle":1,"xxh3":"00000000000000ff","offset":0,"bytes":20,"base":0}])";
+  std::string no_base =
+      R"([{"file":0,"raw_offset":0,"raw_bytes":10,"shuffle":1,"xxh3":"00000000000000ff","offset":0,"bytes":20,"base":0}])";
   expect_refused(manifest_text(kOneFile, no_base), "no such base");
 }
 
@@ -246,7 +254,8 @@ TEST(Manifest, RefusesUnknownMajorVersionAndBadTensors) {
   std::string v2 = manifest_text(kOneFile, kOneFrame);
   v2.replace(v2.find("v1"), 2, "v2");
   expect_refused(v2, "rkit.ckpt.v2");
-  std::string tensor = R"([{"path":"a","type":"file","bytes":10,"first_frame":0,"frame_count":1,"tensors":[{"name":"t","dtype":"F32","shape":[3],"offset":0,"bytes":16}]}])";
+  std::string tensor =
+      R"([{"path":"a","type":"file","bytes":10,"first_frame":0,"frame_count":1,"tensors":[{"name":"t","dtype":"F32","shape":[3],"offset":0,"bytes":16}]}])";
   expect_refused(manifest_text(tensor, kOneFrame), "does not match dtype and shape");
 }
 
@@ -298,7 +307,8 @@ TEST_F(RckptRoundTrip, PackVerifyUnpack) {
   u.archive = dir.file("a.rkpt");
   u.dir = dir.file("out");
   unpack_checkpoint(u);
-  EXPECT_EQ(rkit::testing::slurp(dir.file("out/model.safetensors")), rkit::testing::slurp(dir.file("ck/model.safetensors")));
+  EXPECT_EQ(rkit::testing::slurp(dir.file("out/model.safetensors")),
+            rkit::testing::slurp(dir.file("ck/model.safetensors")));
   EXPECT_EQ(rkit::testing::slurp(dir.file("out/sub/notes.txt")), "hello\n");
 }
 

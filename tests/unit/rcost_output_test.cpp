@@ -100,9 +100,12 @@ std::vector<std::vector<std::string>> parse_csv(const std::string& text) {
   for (std::size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
     if (quoted) {
-      if (c == '"' && i + 1 < text.size() && text[i + 1] == '"') field += '"', ++i;
-      else if (c == '"') quoted = false;
-      else field += c;
+      if (c == '"' && i + 1 < text.size() && text[i + 1] == '"')
+        field += '"', ++i;
+      else if (c == '"')
+        quoted = false;
+      else
+        field += c;
     } else if (c == '"') {
       quoted = was_quoted = true;
     } else if (c == ',') {
@@ -116,8 +119,10 @@ std::vector<std::vector<std::string>> parse_csv(const std::string& text) {
       field += c;
     }
   }
-  if (!rows.back().empty() || !field.empty()) rows.back().push_back(field);
-  else rows.pop_back();
+  if (!rows.back().empty() || !field.empty())
+    rows.back().push_back(field);
+  else
+    rows.pop_back();
   return rows;
 }
 
@@ -127,7 +132,8 @@ struct Focus {
   std::vector<std::string> header;
   std::vector<std::map<std::string, std::string>> rows;
 
-  std::vector<const std::map<std::string, std::string>*> where(const std::string& column, const std::string& value) const {
+  std::vector<const std::map<std::string, std::string>*> where(const std::string& column,
+                                                               const std::string& value) const {
     std::vector<const std::map<std::string, std::string>*> out;
     for (const auto& r : rows)
       if (r.at(column) == value) out.push_back(&r);
@@ -169,17 +175,49 @@ TEST(RcostFocus, HeaderHasTheFocusColumns) {
   Fixture fx;
   fx.job("1", "alpha", "local", "n1", kDay0 + kHour, kDay0 + 2 * kHour, 1, 2);
   const Focus f = focus_of(fx.data, fx.options(kDay0 + 86400));
-  for (const char* c :
-       {"BilledCost", "EffectiveCost", "ListCost", "ContractedCost", "BillingCurrency", "BillingAccountId",
-        "BillingAccountName", "BillingPeriodStart", "BillingPeriodEnd", "ChargePeriodStart", "ChargePeriodEnd",
-        "ChargeCategory", "ChargeClass", "ChargeDescription", "ChargeFrequency", "ConsumedQuantity", "ConsumedUnit",
-        "PricingQuantity", "PricingUnit", "PricingCategory", "ListUnitPrice", "ContractedUnitPrice", "ProviderName",
-        "PublisherName", "InvoiceIssuerName", "RegionId", "RegionName", "ResourceId", "ResourceName", "ResourceType",
-        "ServiceCategory", "ServiceName", "SkuId", "SubAccountId", "SubAccountName", "Tags", "x_User", "x_Project",
-        "x_Node"})
+  for (const char* c : {"BilledCost",
+                        "EffectiveCost",
+                        "ListCost",
+                        "ContractedCost",
+                        "BillingCurrency",
+                        "BillingAccountId",
+                        "BillingAccountName",
+                        "BillingPeriodStart",
+                        "BillingPeriodEnd",
+                        "ChargePeriodStart",
+                        "ChargePeriodEnd",
+                        "ChargeCategory",
+                        "ChargeClass",
+                        "ChargeDescription",
+                        "ChargeFrequency",
+                        "ConsumedQuantity",
+                        "ConsumedUnit",
+                        "PricingQuantity",
+                        "PricingUnit",
+                        "PricingCategory",
+                        "ListUnitPrice",
+                        "ContractedUnitPrice",
+                        "ProviderName",
+                        "PublisherName",
+                        "InvoiceIssuerName",
+                        "RegionId",
+                        "RegionName",
+                        "ResourceId",
+                        "ResourceName",
+                        "ResourceType",
+                        "ServiceCategory",
+                        "ServiceName",
+                        "SkuId",
+                        "SubAccountId",
+                        "SubAccountName",
+                        "Tags",
+                        "x_User",
+                        "x_Project",
+                        "x_Node"})
     EXPECT_NE(std::find(f.header.begin(), f.header.end(), c), f.header.end()) << c;
   // Custom columns come after every FOCUS column.
-  const auto first_custom = std::find_if(f.header.begin(), f.header.end(), [](auto& h) { return h.rfind("x_", 0) == 0; });
+  const auto first_custom =
+      std::find_if(f.header.begin(), f.header.end(), [](auto& h) { return h.rfind("x_", 0) == 0; });
   EXPECT_TRUE(std::all_of(first_custom, f.header.end(), [](auto& h) { return h.rfind("x_", 0) == 0; }));
   ASSERT_EQ(f.rows.size(), 2u);  // GPU and CPU; no memory held, no row
   const auto& gpu = *f.where("ResourceType", "GPU").at(0);
@@ -318,7 +356,7 @@ TEST(RcostFocus, QuotesFieldsWithCommasAndQuotes) {
   Fixture fx;
   two_days(fx, false);
   const Focus f = focus_of(fx.data, fx.options(kDay0 + 2 * 86400));
-  EXPECT_NE(f.text.find(",\"acme, inc\",\"acme, inc\","), std::string::npos);  // SubAccountId, SubAccountName
+  EXPECT_NE(f.text.find(",\"acme, inc\",\"acme, inc\","), std::string::npos);   // SubAccountId, SubAccountName
   EXPECT_NE(f.text.find(R"("{""user"":""u-acme, inc"",)"), std::string::npos);  // Tags: JSON, quoted
   const auto acme = f.where("SubAccountName", "acme, inc");
   ASSERT_EQ(acme.size(), 3u);
@@ -365,7 +403,7 @@ TEST(RcostHtml, APageWithTheThreeCharts) {
     const std::string kind = kind_of(svg);
     ++kinds[kind];
     EXPECT_EQ(svg.rfind("<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart\"", 0), 0u) << kind;
-    EXPECT_GT(count(svg, "<rect"), 3) << kind;   // the background and bars
+    EXPECT_GT(count(svg, "<rect"), 3) << kind;    // the background and bars
     EXPECT_GE(count(svg, "<title>"), 2) << kind;  // tooltips
   }
   EXPECT_EQ(kinds, (std::map<std::string, int>{{"cost-by-tenant", 1}, {"utilisation", 2}, {"waste", 1}}));

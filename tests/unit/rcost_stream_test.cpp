@@ -34,16 +34,17 @@ std::string records(int jobs) {
         R"("tasks":1,"memory_per_task_bytes":{},"cpus":{},"gpus":{},"gpu_type":{},"submit_unix_s":{},)"
         R"("start_unix_s":{},"end_unix_s":{},"host":"{}"}})"
         "\n",
-        i, rng() % 5, rng() % 11, (rng() % 8) << 30, 1 + rng() % 8, gpus, type, start - static_cast<double>(rng() % 900),
-        start, end, host);
+        i, rng() % 5, rng() % 11, (rng() % 8) << 30, 1 + rng() % 8, gpus, type,
+        start - static_cast<double>(rng() % 900), start, end, host);
   }
   for (int h = 0; h < 2; ++h)
     for (int k = 1; k <= 3 * 24; ++k)
-      text += fmt::format(R"({{"schema":"rkit.sample.v1","host":"h{}","time_unix_s":{},"interval_s":3600,"cpu_util":0.5,)"
-                          R"("cores":16,"memory_total_bytes":68719476736,"gpus":[{{"index":0,"util":0.25{}}},)"
-                          R"({{"index":1,"util":0.75}}]}})"
-                          "\n",
-                          h, kDay0 + k * 3600, h == 0 ? R"(,"name":"NVIDIA H200")" : "");
+      text +=
+          fmt::format(R"({{"schema":"rkit.sample.v1","host":"h{}","time_unix_s":{},"interval_s":3600,"cpu_util":0.5,)"
+                      R"("cores":16,"memory_total_bytes":68719476736,"gpus":[{{"index":0,"util":0.25{}}},)"
+                      R"({{"index":1,"util":0.75}}]}})"
+                      "\n",
+                      h, kDay0 + k * 3600, h == 0 ? R"(,"name":"NVIDIA H200")" : "");
   return text;
 }
 
@@ -60,10 +61,12 @@ void expect_same(const Report& a, const Report& b) {
     EXPECT_EQ(x.jobs, y.jobs) << i;
     EXPECT_EQ(x.wait_count, y.wait_count) << i;
     EXPECT_EQ(x.wait_p90.has_value(), y.wait_p90.has_value()) << i;
-    if (x.wait_p90 && y.wait_p90) EXPECT_TRUE(near(*x.wait_p90, *y.wait_p90)) << i;
-    for (auto f : {&Row::gpu_hours, &Row::core_hours, &Row::memory_gib_hours, &Row::cost, &Row::list_cost,
-                   &Row::gpu_sampled_hours, &Row::gpu_used_hours, &Row::core_sampled_hours, &Row::waste_cost,
-                   &Row::idle_cost})
+    if (x.wait_p90 && y.wait_p90) {
+      EXPECT_TRUE(near(*x.wait_p90, *y.wait_p90)) << i;
+    }
+    for (auto f :
+         {&Row::gpu_hours, &Row::core_hours, &Row::memory_gib_hours, &Row::cost, &Row::list_cost,
+          &Row::gpu_sampled_hours, &Row::gpu_used_hours, &Row::core_sampled_hours, &Row::waste_cost, &Row::idle_cost})
       EXPECT_TRUE(near(x.*f, y.*f)) << "row " << i << ": " << x.*f << " vs " << y.*f;
   }
   EXPECT_TRUE(near(a.gpu.unallocated_cost, b.gpu.unallocated_cost));
@@ -114,14 +117,15 @@ TEST_F(Stream, StreamedReportIsTheInMemoryOne) {
 
 TEST_F(Stream, AJobWithoutAGpuTypeIsPricedAtItsSampledHostsGpu) {
   // One job, 1 GPU for 1 h on h0 with no gpu_type: h0's samples name an H200 (4/h, not 2).
-  testing::write(path, fmt::format(R"({{"schema":"rkit.job.v1","id":"1","backend":"local","tenant":"t","user":"u",)"
-                                   R"("state":"COMPLETED","tasks":1,"cpus":0,"gpus":1,"submit_unix_s":{0},)"
-                                   R"("start_unix_s":{0},"end_unix_s":{1},"host":"h0"}})"
-                                   "\n"
-                                   R"({{"schema":"rkit.sample.v1","host":"h0","time_unix_s":{1},"interval_s":3600,)"
-                                   R"("cpu_util":0,"memory_total_bytes":0,"gpus":[{{"index":0,"util":1,"name":"NVIDIA H200"}}]}})"
-                                   "\n",
-                                   kDay0, kDay0 + 3600));
+  testing::write(
+      path, fmt::format(R"({{"schema":"rkit.job.v1","id":"1","backend":"local","tenant":"t","user":"u",)"
+                        R"("state":"COMPLETED","tasks":1,"cpus":0,"gpus":1,"submit_unix_s":{0},)"
+                        R"("start_unix_s":{0},"end_unix_s":{1},"host":"h0"}})"
+                        "\n"
+                        R"({{"schema":"rkit.sample.v1","host":"h0","time_unix_s":{1},"interval_s":3600,)"
+                        R"("cpu_util":0,"memory_total_bytes":0,"gpus":[{{"index":0,"util":1,"name":"NVIDIA H200"}}]}})"
+                        "\n",
+                        kDay0, kDay0 + 3600));
   ReportOptions opt = options({Key::Tenant});
   opt.budgets.clear();
   Dataset totals;

@@ -25,10 +25,11 @@ constexpr double kDay0 = 1793491200;  // 2026-11-01T00:00:00Z
 
 std::string job_line(int id, const std::string& tenant, double start, double end, int gpus, int cpus,
                      const std::string& extra = "") {
-  return fmt::format(R"({{"schema":"rkit.job.v1","id":"{}","backend":"local","tenant":"{}","user":"u","state":"COMPLETED",)"
-                     R"("tasks":1,"memory_per_task_bytes":1073741824,"cpus":{},"gpus":{},"submit_unix_s":{},)"
-                     R"("start_unix_s":{},"end_unix_s":{}{}}})",
-                     id, tenant, cpus, gpus, start - 30, start, end, extra);
+  return fmt::format(
+      R"({{"schema":"rkit.job.v1","id":"{}","backend":"local","tenant":"{}","user":"u","state":"COMPLETED",)"
+      R"("tasks":1,"memory_per_task_bytes":1073741824,"cpus":{},"gpus":{},"submit_unix_s":{},)"
+      R"("start_unix_s":{},"end_unix_s":{}{}}})",
+      id, tenant, cpus, gpus, start - 30, start, end, extra);
 }
 
 struct Files {
@@ -82,10 +83,14 @@ TEST(RcostRead, BadRecordsKeepTheirLineNumbersAcrossThreads) {
   Files f;
   std::string text;
   for (int i = 1; i <= 3000; ++i) {
-    if (i == 7) text += "{\"schema\":\"rkit.job.v1\",\"id\":\"x\"}\n";  // missing fields
-    else if (i == 2500) text += "{\"schema\":\"rkit.gizmo.v1\"}\n";
-    else if (i == 2999) text += job_line(i, "a", kDay0 + 100, kDay0 + 50, 0, 1) + "\n";  // ends before it starts
-    else text += job_line(i, "a", kDay0, kDay0 + 3600, 0, 1) + "\n";
+    if (i == 7)
+      text += "{\"schema\":\"rkit.job.v1\",\"id\":\"x\"}\n";  // missing fields
+    else if (i == 2500)
+      text += "{\"schema\":\"rkit.gizmo.v1\"}\n";
+    else if (i == 2999)
+      text += job_line(i, "a", kDay0 + 100, kDay0 + 50, 0, 1) + "\n";  // ends before it starts
+    else
+      text += job_line(i, "a", kDay0, kDay0 + 3600, 0, 1) + "\n";
     if (i == 10) text += "\n";  // blank lines count as lines
   }
   const std::string path = f.file("jobs.jsonl", text);
@@ -112,14 +117,15 @@ TEST(RcostRead, BadRecordsKeepTheirLineNumbersAcrossThreads) {
 
 TEST(RcostRead, SacctTextNeedsItsHeaderFields) {
   Files f;
-  const std::string ok = f.file("ok.txt",
-                                "JobID|User|Account|Partition|State|Submit|Eligible|Start|End|AllocTRES|NodeList\n"
-                                "12|alice|desk-a|gpu|COMPLETED|2026-11-01T00:00:00|2026-11-01T00:00:10|2026-11-01T00:01:00|"
-                                "2026-11-01T01:01:00|cpu=2,gres/gpu:h200=1,mem=4G|node1\n"
-                                "12.batch|||||2026-11-01T00:00:00|2026-11-01T00:00:10|2026-11-01T00:01:00|"
-                                "2026-11-01T01:01:00|cpu=2,mem=4G|node1\n"
-                                "13|bob|desk-b|gpu|CANCELLED by 0|2026-11-01T00:00:00|Unknown|None|2026-11-01T00:05:00|"
-                                "|None assigned\n");
+  const std::string ok =
+      f.file("ok.txt",
+             "JobID|User|Account|Partition|State|Submit|Eligible|Start|End|AllocTRES|NodeList\n"
+             "12|alice|desk-a|gpu|COMPLETED|2026-11-01T00:00:00|2026-11-01T00:00:10|2026-11-01T00:01:00|"
+             "2026-11-01T01:01:00|cpu=2,gres/gpu:h200=1,mem=4G|node1\n"
+             "12.batch|||||2026-11-01T00:00:00|2026-11-01T00:00:10|2026-11-01T00:01:00|"
+             "2026-11-01T01:01:00|cpu=2,mem=4G|node1\n"
+             "13|bob|desk-b|gpu|CANCELLED by 0|2026-11-01T00:00:00|Unknown|None|2026-11-01T00:05:00|"
+             "|None assigned\n");
   const TzGuard tz;
   testing::EnvGuard env({"TZ"});
   env.set("TZ", "UTC");
@@ -175,8 +181,9 @@ TEST(RcostReport, KeysAndTimesParse) {
 struct TwoJobs : Files {
   Dataset data;
   TwoJobs() {
-    const std::string path = file("jobs.jsonl", job_line(1, "a", kDay0 + 3600, kDay0 + 3 * 3600, 1, 2) + "\n" +
-                                                    job_line(2, "b", kDay0 + 23 * 3600, kDay0 + 25 * 3600, 0, 4) + "\n");
+    const std::string path =
+        file("jobs.jsonl", job_line(1, "a", kDay0 + 3600, kDay0 + 3 * 3600, 1, 2) + "\n" +
+                               job_line(2, "b", kDay0 + 23 * 3600, kDay0 + 25 * 3600, 0, 4) + "\n");
     data = read_inputs({path}, ReadOptions{});
   }
   Report report(std::vector<Key> keys, ShareIdle share = ShareIdle::Weighted) {
@@ -213,9 +220,12 @@ TEST(RcostReport, UsageIsSplitAtMidnightAndPriced) {
 
 TEST(RcostReport, TheWindowClipsRunsAndRunningJobsCountToUntil) {
   Files f;
-  const std::string path = f.file("j.jsonl", job_line(1, "a", kDay0 - 3600, kDay0 + 3600, 1, 0) + "\n" +
-                                                 R"({"schema":"rkit.job.v1","id":"2","backend":"local","tenant":"a","user":"u","state":"RUNNING","cpus":1,"gpus":0,)"
-                                                 R"("submit_unix_s":1793491200,"start_unix_s":1793491200,"end_unix_s":null})" "\n");
+  const std::string path = f.file(
+      "j.jsonl",
+      job_line(1, "a", kDay0 - 3600, kDay0 + 3600, 1, 0) + "\n" +
+          R"({"schema":"rkit.job.v1","id":"2","backend":"local","tenant":"a","user":"u","state":"RUNNING","cpus":1,"gpus":0,)"
+          R"("submit_unix_s":1793491200,"start_unix_s":1793491200,"end_unix_s":null})"
+          "\n");
   const Dataset d = read_inputs({path}, ReadOptions{});
   ReportOptions opt;
   opt.since = kDay0;
@@ -235,7 +245,8 @@ TEST(RcostReport, MonthsSplitWhereTheCalendarSays) {
   opt.prices = &f.sheet;
   for (const char* at : {"1999-12-31T23:00", "2024-02-29T12:00", "2026-11-30T23:00"}) {
     const double start = parse_time_arg(at, 0, "--since");
-    const Dataset d = read_inputs({f.file("m.jsonl", job_line(1, "a", start, start + 2 * 86400, 0, 1) + "\n")}, ReadOptions{});
+    const Dataset d =
+        read_inputs({f.file("m.jsonl", job_line(1, "a", start, start + 2 * 86400, 0, 1) + "\n")}, ReadOptions{});
     opt.since = start;
     opt.until = start + 2 * 86400;
     const Report r = make_report(d, opt);
@@ -271,12 +282,14 @@ struct Sampled : Files {
   Dataset data;
   Sampled() {
     std::string text = job_line(1, "a", kDay0, kDay0 + 7200, 1, 1,
-                                R"(,"host":"h","alloc":[{"task":0,"pus":[0],"gpus":[0],"memory_bytes":0}])") + "\n";
+                                R"(,"host":"h","alloc":[{"task":0,"pus":[0],"gpus":[0],"memory_bytes":0}])") +
+                       "\n";
     text += job_line(2, "b", kDay0, kDay0 + 3600, 0, 1, R"(,"host":"h")") + "\n";
     for (int i = 1; i <= 4; ++i)
       text += fmt::format(R"({{"schema":"rkit.sample.v1","host":"h","time_unix_s":{},"interval_s":3600,"cpu_util":0.5,)"
                           R"("cpu_util_per_cpu":[0.75,0.25],"memory_total_bytes":0,)"
-                          R"("gpus":[{{"index":0,"util":0.5,"name":"NVIDIA H200"}},{{"index":1,"util":1.0}}]}})" "\n",
+                          R"("gpus":[{{"index":0,"util":0.5,"name":"NVIDIA H200"}},{{"index":1,"util":1.0}}]}})"
+                          "\n",
                           kDay0 + i * 3600);
     data = read_inputs({file("in.jsonl", text)}, ReadOptions{});
   }
@@ -319,7 +332,8 @@ TEST(RcostReport, CpuTimeItsCgroupMeasuredBeatsTheHostsSamples) {
   std::string text = job_line(2, "b", kDay0, kDay0 + 3600, 0, 1, R"(,"host":"h","cpu_used_s":900)") + "\n";
   text += job_line(3, "c", kDay0, kDay0 + 3600, 0, 1, R"(,"host":"h","cpu_used_s":null)") + "\n";
   text += fmt::format(R"({{"schema":"rkit.sample.v1","host":"h","time_unix_s":{},"interval_s":3600,"cpu_util":0.5,)"
-                      R"("cpu_util_per_cpu":[0.5,0.5],"memory_total_bytes":0,"gpus":[]}})" "\n",
+                      R"("cpu_util_per_cpu":[0.5,0.5],"memory_total_bytes":0,"gpus":[]}})"
+                      "\n",
                       kDay0 + 3600);
   const Dataset d = read_inputs({f.file("in.jsonl", text)}, ReadOptions{});
   ReportOptions opt;
@@ -333,9 +347,11 @@ TEST(RcostReport, CpuTimeItsCgroupMeasuredBeatsTheHostsSamples) {
   EXPECT_DOUBLE_EQ(r.rows[1].core_used_hours, 0.5);
   ReadOptions strict;
   strict.strict = true;
-  EXPECT_EQ(error_of([&] { read_inputs({f.file("bad.jsonl", job_line(4, "d", kDay0, kDay0 + 1, 0, 1,
-                                                                       R"(,"cpu_used_s":"lots")") + "\n")},
-                                        strict); }).code(),
+  EXPECT_EQ(error_of([&] {
+              read_inputs(
+                  {f.file("bad.jsonl", job_line(4, "d", kDay0, kDay0 + 1, 0, 1, R"(,"cpu_used_s":"lots")") + "\n")},
+                  strict);
+            }).code(),
             Exit::DataErr);
 }
 
@@ -377,10 +393,13 @@ TEST(RcostOutput, MoneyHasCentsAndSeparators) {
 TEST(RcostRead, OtherToolsRecordsAreIgnoredNotBadAndJoinedLinesAreSeen) {
   Files f;
   const std::string bench = R"({"schema":"rkit.bench.v1","suite":"cpu.stream","params":{"a":[1,2]}})";
-  const std::string path =
-      f.file("mixed.jsonl", bench + "\n" + R"({"schema":"rkit.train.event.v1","event":"step"})" "\n" +
-                                R"({"schema":"rkit.cost.summary.v1","total":{}})" "\n" + job_line(1, "a", kDay0, kDay0 + 60, 0, 1) +
-                                "\n" + bench + job_line(2, "a", kDay0, kDay0 + 60, 0, 1) + "\n");
+  const std::string path = f.file("mixed.jsonl", bench + "\n" +
+                                                     R"({"schema":"rkit.train.event.v1","event":"step"})"
+                                                     "\n" +
+                                                     R"({"schema":"rkit.cost.summary.v1","total":{}})"
+                                                     "\n" +
+                                                     job_line(1, "a", kDay0, kDay0 + 60, 0, 1) + "\n" + bench +
+                                                     job_line(2, "a", kDay0, kDay0 + 60, 0, 1) + "\n");
   const Dataset d = read_inputs({path}, ReadOptions{});
   EXPECT_EQ(d.ignored, 3u);
   EXPECT_EQ(d.jobs.size(), 1u) << "job 2 shares its line with a bench record: the line is bad";
@@ -392,10 +411,14 @@ TEST(RcostRead, OutOfRangeNumbersAreBadRecords) {
   Files f;
   std::string text;
   text += job_line(1, "a", kDay0, kDay0 + 60, 0, 1, R"(,"tasks":-1,"memory_per_task_bytes":-1e12)") + "\n";
-  text += job_line(2, "a", kDay0, kDay0 + 60, 0, 1).replace(job_line(2, "a", kDay0, kDay0 + 60, 0, 1).find("\"cpus\":1"), 8, "\"cpus\":1e308") + "\n";
+  text += job_line(2, "a", kDay0, kDay0 + 60, 0, 1)
+              .replace(job_line(2, "a", kDay0, kDay0 + 60, 0, 1).find("\"cpus\":1"), 8, "\"cpus\":1e308") +
+          "\n";
   text += job_line(3, "a", -5e15, kDay0, 0, 1) + "\n";
-  text += R"({"schema":"rkit.sample.v1","host":"h","time_unix_s":1793491200,"interval_s":1e300})" "\n";
-  text += R"({"schema":"rkit.sample.v1","host":"h","time_unix_s":1793491200,"interval_s":10,"cores":-2})" "\n";
+  text += R"({"schema":"rkit.sample.v1","host":"h","time_unix_s":1793491200,"interval_s":1e300})"
+          "\n";
+  text += R"({"schema":"rkit.sample.v1","host":"h","time_unix_s":1793491200,"interval_s":10,"cores":-2})"
+          "\n";
   const Dataset d = read_inputs({f.file("x.jsonl", text)}, ReadOptions{});
   EXPECT_EQ(d.bad_count, 5u);
   EXPECT_TRUE(d.jobs.empty());
@@ -408,12 +431,14 @@ TEST(RcostRead, OutOfRangeNumbersAreBadRecords) {
 
 TEST(RcostRead, BlankLinesBeforeTheFirstRecordAreSkippedHoweverMany) {
   Files f;
-  const std::string joined = f.file("joined.jsonl", job_line(1, "a", kDay0, kDay0 + 60, 0, 1) + job_line(2, "b", kDay0, kDay0 + 60, 0, 1) + "\n");
+  const std::string joined = f.file(
+      "joined.jsonl", job_line(1, "a", kDay0, kDay0 + 60, 0, 1) + job_line(2, "b", kDay0, kDay0 + 60, 0, 1) + "\n");
   const Dataset j = read_inputs({joined}, ReadOptions{});
   EXPECT_TRUE(j.jobs.empty()) << "two records on one line: neither is used";
   EXPECT_EQ(j.bad_count, 1u);
-  const std::string path = f.file("blank.jsonl", std::string(1500000, '\n') + job_line(1, "a", kDay0, kDay0 + 60, 0, 1) +
-                                                     "\n{\"schema\":\"rkit.job.v1\"}\n");
+  const std::string path =
+      f.file("blank.jsonl", std::string(1500000, '\n') + job_line(1, "a", kDay0, kDay0 + 60, 0, 1) +
+                                "\n{\"schema\":\"rkit.job.v1\"}\n");
   const Dataset d = read_inputs({path}, ReadOptions{});
   EXPECT_EQ(d.jobs.size(), 1u);
   ASSERT_EQ(d.bad.size(), 1u);
@@ -437,9 +462,11 @@ TEST(RcostReport, CpuCapacityIsInCoresWhenSamplesSayHowMany) {
   Files f;
   // 2 cores of 2 threads each, all four threads busy; the job holds both cores.
   const std::string text =
-      job_line(1, "a", kDay0, kDay0 + 3600, 0, 2, R"(,"host":"h","alloc":[{"task":0,"pus":[0,1,2,3],"gpus":[]}])") + "\n" +
+      job_line(1, "a", kDay0, kDay0 + 3600, 0, 2, R"(,"host":"h","alloc":[{"task":0,"pus":[0,1,2,3],"gpus":[]}])") +
+      "\n" +
       R"({"schema":"rkit.sample.v1","host":"h","time_unix_s":1793494800,"interval_s":3600,"cores":2,"cpu_util":1,)"
-      R"("cpu_util_per_cpu":[1,1,1,1],"memory_total_bytes":0,"gpus":[]})" "\n";
+      R"("cpu_util_per_cpu":[1,1,1,1],"memory_total_bytes":0,"gpus":[]})"
+      "\n";
   const Dataset d = read_inputs({f.file("smt.jsonl", text)}, ReadOptions{});
   ReportOptions opt;
   opt.since = kDay0;

@@ -202,15 +202,24 @@ TEST(RsubSacct, ShortAndEmptyLinesAreIgnored) {
 
 TEST(RsubSlurmState, NamesMapToRsubStates) {
   const std::pair<const char*, JobState> cases[] = {
-      {"PENDING", JobState::Pending},       {"REQUEUED", JobState::Pending},
-      {"REQUEUE_HOLD", JobState::Pending},  {"REQUEUE_FED", JobState::Pending},
-      {"RUNNING", JobState::Running},       {"COMPLETING", JobState::Running},
-      {"CONFIGURING", JobState::Running},   {"SUSPENDED", JobState::Running},
-      {"COMPLETED", JobState::Completed},   {"FAILED", JobState::Failed},
-      {"OUT_OF_MEMORY", JobState::OutOfMemory},  {"PREEMPTED", JobState::Failed},
-      {"BOOT_FAIL", JobState::Failed},      {"DEADLINE", JobState::Failed},
-      {"TIMEOUT", JobState::Timeout},       {"CANCELLED", JobState::Cancelled},
-      {"CANCELLED by 0", JobState::Cancelled}, {"CANCELLED by 1000", JobState::Cancelled},
+      {"PENDING", JobState::Pending},
+      {"REQUEUED", JobState::Pending},
+      {"REQUEUE_HOLD", JobState::Pending},
+      {"REQUEUE_FED", JobState::Pending},
+      {"RUNNING", JobState::Running},
+      {"COMPLETING", JobState::Running},
+      {"CONFIGURING", JobState::Running},
+      {"SUSPENDED", JobState::Running},
+      {"COMPLETED", JobState::Completed},
+      {"FAILED", JobState::Failed},
+      {"OUT_OF_MEMORY", JobState::OutOfMemory},
+      {"PREEMPTED", JobState::Failed},
+      {"BOOT_FAIL", JobState::Failed},
+      {"DEADLINE", JobState::Failed},
+      {"TIMEOUT", JobState::Timeout},
+      {"CANCELLED", JobState::Cancelled},
+      {"CANCELLED by 0", JobState::Cancelled},
+      {"CANCELLED by 1000", JobState::Cancelled},
       {"NODE_FAIL", JobState::Lost},
   };
   for (const auto& [name, state] : cases) EXPECT_EQ(state_name(slurm_state(name)), state_name(state)) << name;
@@ -219,7 +228,8 @@ TEST(RsubSlurmState, NamesMapToRsubStates) {
 // --- slurm_script ----------------------------------------------------------------------
 
 const char* const kCommandScript =
-    "printf '%s\\n' \"$0\" \"$@\" \"$QUOTED\" \"$RSUB_JOB_ID\" \"$RSUB_ARRAY_INDEX\" \"$RSUB_TASK_ID\" > \"$OUT_FILE\"; "
+    "printf '%s\\n' \"$0\" \"$@\" \"$QUOTED\" \"$RSUB_JOB_ID\" \"$RSUB_ARRAY_INDEX\" \"$RSUB_TASK_ID\" > "
+    "\"$OUT_FILE\"; "
     "exit \"${FAKE_RC:-0}\"";
 
 // 4 tasks on 2 nodes, 8 cores, 2 H100s and 16 GiB each; an array {0,1,5} of at most 2 at
@@ -231,8 +241,8 @@ JobSpec big_spec() {
   s.command = {"/bin/sh", "-c", kCommandScript, "arg zero", "it's", "a \"b\" c", "$HOME;`false`"};
   s.workdir = "/data/run";
   s.env = {{"QUOTED", "it's \"q\" $HOME `x`"}};
-  s.resources = {.tasks = 4, .cpus_per_task = 8, .gpus_per_task = 2, .gpu_type = "H100", .memory_bytes = 16ull << 30,
-                 .nodes = 2};
+  s.resources = {
+      .tasks = 4, .cpus_per_task = 8, .gpus_per_task = 2, .gpu_type = "H100", .memory_bytes = 16ull << 30, .nodes = 2};
   s.time_limit_s = 90 * 60;
   s.retry = {.max_attempts = 3, .on_exit_codes = {75}, .on_signals = {9}, .backoff_s = 10};
   s.array = ArraySpec{{0, 1, 5}, 2};
@@ -259,8 +269,7 @@ Settings settings_of(const std::string& text) {
 TEST(RsubBackendCall, AnUnreachablePeerIsTypedWithWhatItsClientSaid) {
   const BackendCall how{"slurm backend \"t\"", "Slurm", [](const std::string&) { return true; }, std::nullopt};
   try {
-    run_backend_command(how, {"sh", "-c", "echo 'sh: error: Socket timed out on send/recv' >&2; exit 1"}, {}, {},
-                        0);
+    run_backend_command(how, {"sh", "-c", "echo 'sh: error: Socket timed out on send/recv' >&2; exit 1"}, {}, {}, 0);
     FAIL() << "no error";
   } catch (const BackendUnreachable& e) {
     EXPECT_EQ(e.code(), Exit::Unavailable);
@@ -455,13 +464,17 @@ class RsubSlurmScriptRun : public ::testing::Test {
     std::filesystem::create_directories(logs());
     executable(bin() + "/srun",
                "#!/bin/sh\n"
-               "printf '%s\\n' \"$@\" > '" + dir_.file("srun.args") + "'\n"
-               "while [ $# -gt 0 ] && [ \"$1\" != /bin/sh ]; do shift; done\n"
-               "exec \"$@\"\n");
+               "printf '%s\\n' \"$@\" > '" +
+                   dir_.file("srun.args") +
+                   "'\n"
+                   "while [ $# -gt 0 ] && [ \"$1\" != /bin/sh ]; do shift; done\n"
+                   "exec \"$@\"\n");
     executable(bin() + "/scontrol",
                "#!/bin/sh\n"
-               "echo \"$@\" >> '" + dir_.file("scontrol.log") + "'\n"
-               "exit \"${FAKE_SCONTROL_RC:-0}\"\n");
+               "echo \"$@\" >> '" +
+                   dir_.file("scontrol.log") +
+                   "'\n"
+                   "exit \"${FAKE_SCONTROL_RC:-0}\"\n");
   }
 
   std::string bin() const { return dir_.file("bin"); }
@@ -594,8 +607,7 @@ TEST_F(RsubSlurmScriptRun, UnlistedSignalEndsBySignalWithoutRequeue) {
 }
 
 TEST_F(RsubSlurmScriptRun, FailedRequeueEndsWithTheTasksCode) {
-  const int status =
-      run(big_spec(), {"SLURM_JOB_ID=555", "SLURM_RESTART_COUNT=0", "FAKE_RC=75", "FAKE_SCONTROL_RC=1"});
+  const int status = run(big_spec(), {"SLURM_JOB_ID=555", "SLURM_RESTART_COUNT=0", "FAKE_RC=75", "FAKE_SCONTROL_RC=1"});
   EXPECT_EQ(exited(status), 75);
   EXPECT_EQ(scontrol_log(), "requeue 555\n");
 }

@@ -35,7 +35,8 @@ Machine four_cores() {
 
 // The plan's every fact a pass acts on or shows, as text, in job order.
 std::string describe(SchedPlan plan) {
-  std::sort(plan.verdicts.begin(), plan.verdicts.end(), [](const Verdict& a, const Verdict& b) { return a.job < b.job; });
+  std::sort(plan.verdicts.begin(), plan.verdicts.end(),
+            [](const Verdict& a, const Verdict& b) { return a.job < b.job; });
   std::string out;
   for (const Start& s : plan.starts) out += fmt::format("start {} on {} tasks\n", s.job, s.tasks.size());
   for (const Verdict& v : plan.verdicts)
@@ -57,17 +58,17 @@ TEST(RsubDaemon, PassAfterChangesIsTheFreshPass) {
   Store store(settings.dir);
   std::int64_t late = 0;
   const SchedPlan incremental = pass_after(settings, machine, [&] {
-    store.set_held(ids[0], true);                               // held
-    store.cancel(ids[1], "alice", now_s());                     // ended while pending
+    store.set_held(ids[0], true);            // held
+    store.cancel(ids[1], "alice", now_s());  // ended while pending
     store.set_held(ids[2], true);
-    store.set_held(ids[2], false);                              // held and released
+    store.set_held(ids[2], false);                                                   // held and released
     ASSERT_TRUE(store.start_attempt(ids[3], {{{0}, {0}, {}, 0}}, "host", now_s()));  // now running
     ASSERT_TRUE(store.start_attempt(ids[4], {{{1}, {1}, {}, 0}}, "host", now_s()));
     AttemptEnd end;
     end.exit_code = 0;
     end.end_s = now_s();
-    store.end_attempt(ids[4], 1, end);                          // started and ended
-    late = store.submit(job("c"), alice, now_s()).front();     // submitted meanwhile
+    store.end_attempt(ids[4], 1, end);                      // started and ended
+    late = store.submit(job("c"), alice, now_s()).front();  // submitted meanwhile
   });
   const SchedPlan fresh = dry_pass(settings, machine);
   EXPECT_EQ(describe(incremental), describe(fresh));

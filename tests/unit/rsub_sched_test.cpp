@@ -371,11 +371,11 @@ TEST(RsubSchedDependency, Kinds) {
     return j;
   };
   using T = DepType;
-  in.pending = {with(10, {{T::AfterOk, 1}}),     with(11, {{T::AfterOk, 2}}),
-                with(12, {{T::AfterAny, 2}}),    with(13, {{T::AfterNotOk, 2}}),
-                with(14, {{T::AfterNotOk, 3}}),  with(15, {{T::AfterOk, 3}}),
-                with(16, {{T::AfterOk, 99}}),    with(17, {{T::AfterAny, 99}}),
-                with(18, {{T::AfterAny, 1}}),    with(19, {{T::AfterOk, 3}, {T::AfterOk, 1}, {T::AfterAny, 4}})};
+  in.pending = {with(10, {{T::AfterOk, 1}}),    with(11, {{T::AfterOk, 2}}),
+                with(12, {{T::AfterAny, 2}}),   with(13, {{T::AfterNotOk, 2}}),
+                with(14, {{T::AfterNotOk, 3}}), with(15, {{T::AfterOk, 3}}),
+                with(16, {{T::AfterOk, 99}}),   with(17, {{T::AfterAny, 99}}),
+                with(18, {{T::AfterAny, 1}}),   with(19, {{T::AfterOk, 3}, {T::AfterOk, 1}, {T::AfterAny, 4}})};
   SchedPlan plan = schedule(in);
   EXPECT_EQ(started(plan), (Ids{12, 13, 15}));
   EXPECT_EQ(verdict(plan, 10).reason, "Dependency");
@@ -433,8 +433,8 @@ TEST(RsubSchedImpossible, MoreThanTheMachine) {
 }
 
 TEST(RsubSchedGpuType, OnlyMatchingGpus) {
-  Machine m = machine({"NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-40GB",
-                       "NVIDIA A100-SXM4-40GB"});
+  Machine m =
+      machine({"NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-40GB", "NVIDIA A100-SXM4-40GB"});
   SchedInput in = input(m);
   in.pending = {prio(pending(10, "a", 1, 1, 2), 2), prio(pending(11, "a", 1, 1), 1)};
   in.pending[0].resources.gpu_type = "a100";

@@ -98,8 +98,8 @@ TEST(RsubSpecParse, DerivedNameHasNoSpaces) {
 }
 
 TEST(RsubSpecParse, DurationsAndSizesAsNumbers) {
-  JobSpec s = parse_spec("command = [\"x\"]\ntime_limit = 90\n[resources]\nmemory = 1024\n[retry]\nbackoff = 0.5\n",
-                         "n.toml");
+  JobSpec s =
+      parse_spec("command = [\"x\"]\ntime_limit = 90\n[resources]\nmemory = 1024\n[retry]\nbackoff = 0.5\n", "n.toml");
   EXPECT_EQ(s.time_limit_s, 90.0);
   EXPECT_EQ(s.resources.memory_bytes, 1024u);
   EXPECT_EQ(s.retry.backoff_s, 0.5);
@@ -177,7 +177,8 @@ TEST(RsubSpecErrors, MessagesNameFileLineAndKey) {
       {"command = [\"x\"]\nname = 3\n", "t.toml:2: name must be a string"},
       {"command = [\"x\"]\n\n\nresurces = 1\n", "t.toml:4: unknown key \"resurces\""},
       {"command = [\"x\"]\n[resources]\ntasks = 1\ntaks = 2\n", "t.toml:4: unknown key \"resources.taks\""},
-      {"command = [\"x\"]\n[resources]\ncpus_per_task = 2\ntasks = 0\n", "t.toml:4: resources.tasks must be at least 1"},
+      {"command = [\"x\"]\n[resources]\ncpus_per_task = 2\ntasks = 0\n",
+       "t.toml:4: resources.tasks must be at least 1"},
       {"command = [\"x\"]\n[resources]\ntasks = 5000\n", "t.toml:3: resources.tasks must be at most 4096"},
       {"command = [\"x\"]\n[resources]\ntasks = 2.0\n", "t.toml:3: resources.tasks must be an integer"},
       {"command = [\"x\"]\n[resources]\ntasks = 99999999999\n", "t.toml:3: resources.tasks is out of range"},
@@ -190,15 +191,18 @@ TEST(RsubSpecErrors, MessagesNameFileLineAndKey) {
       {"command = [\"x\"]\n[array]\nmax_concurrent = 2\n", "t.toml:2: array.range is required"},
       {"command = [\"x\"]\ndepends = [\"before:12\"]\n",
        "t.toml:2: depends: dependency \"before:12\": \"before\" is not afterok, afterany or afternotok"},
-      {"command = [\"x\"]\n[[depends]]\ntype = \"afterok\"\njob = 0\n", "t.toml:2: depends job ids must be at least 1 (not 0)"},
+      {"command = [\"x\"]\n[[depends]]\ntype = \"afterok\"\njob = 0\n",
+       "t.toml:2: depends job ids must be at least 1 (not 0)"},
       {"command = [\"x\"]\n[[depends]]\ntype = \"afterok\"\n", "t.toml:2: depends.job is required"},
       {"name = \"x\"\n", "t.toml: command is required"},
       {"command = []\n", "t.toml:1: command must not be empty"},
       {"command = [\"x\", 3]\n", "t.toml:1: command must be a string or an array of strings"},
       {"command = [\"\"]\n", "t.toml:1: command must start with a program name"},
       {"command = [\"x\"]\nname = \"two words\"\n", "t.toml:2: name must not contain whitespace or control characters"},
-      {"command = [\"x\"]\n[retry]\non_exit_codes = [0]\n", "t.toml:3: retry.on_exit_codes must be between 1 and 255 (not 0)"},
-      {"command = [\"x\"]\n[retry]\non_signals = [\"SIGNOPE\"]\n", "t.toml:3: retry.on_signals has an unknown signal \"SIGNOPE\""},
+      {"command = [\"x\"]\n[retry]\non_exit_codes = [0]\n",
+       "t.toml:3: retry.on_exit_codes must be between 1 and 255 (not 0)"},
+      {"command = [\"x\"]\n[retry]\non_signals = [\"SIGNOPE\"]\n",
+       "t.toml:3: retry.on_signals has an unknown signal \"SIGNOPE\""},
       {"command = [\"x\"]\n[retry]\nmax_attempts = 0\n", "t.toml:3: retry.max_attempts must be at least 1"},
       {"command = [\"x\"]\npriority = 1001\n", "t.toml:2: priority must be at most 1000"},
       {"command = [\"x\"]\nenv = { \"A=B\" = \"1\" }\n", "t.toml:2: env variable name \"A=B\" must not contain '='"},
@@ -243,8 +247,8 @@ TEST(RsubSpecJson, NormalisedForm) {
   std::vector<std::string> keys;
   for (const auto& [k, v] : j.items()) keys.push_back(k);
   EXPECT_EQ(keys, (std::vector<std::string>{"name", "tenant", "project", "command", "workdir", "env", "resources",
-                                            "time_limit_s", "retry", "array", "depends", "priority", "backend",
-                                            "hold", "slurm", "kubernetes"}));
+                                            "time_limit_s", "retry", "array", "depends", "priority", "backend", "hold",
+                                            "slurm", "kubernetes"}));
   EXPECT_TRUE(j["time_limit_s"].is_null());
   EXPECT_TRUE(j["array"].is_null());
   EXPECT_TRUE(j["env"].is_object());
@@ -337,7 +341,10 @@ TEST(RsubSpecOverrides, ErrorsNameTheFlag) {
       {[](SpecOverrides& o) { o.retry_on = "0"; }, "--retry-on: must be between 1 and 255 (not 0)"},
       {[](SpecOverrides& o) { o.array = "5-1"; }, "--array: array range \"5-1\": end before start"},
       {[](SpecOverrides& o) { o.array = "0-9%x"; }, "--array: \"0-9%x\": expected RANGE or RANGE%MAX"},
-      {[](SpecOverrides& o) { o.depends = {"afterok:1", "before:1"}; }, "--depends: dependency \"before:1\": \"before\" is not"},
+      {[](SpecOverrides& o) {
+         o.depends = {"afterok:1", "before:1"};
+       },
+       "--depends: dependency \"before:1\": \"before\" is not"},
       {[](SpecOverrides& o) { o.retries = -1; }, "--retries: must be between 0 and 99"},
       {[](SpecOverrides& o) { o.time_limit = "-1s"; }, "--time: invalid duration '-1s'"},
       {[](SpecOverrides& o) { o.priority = 2000; }, "--priority: must be at most 1000"},
@@ -390,8 +397,8 @@ TEST(RsubSpecDependency, Forms) {
             (std::vector<Dependency>{{DepType::AfterAny, 12}, {DepType::AfterAny, 13}}));
   EXPECT_EQ(parse_dependency("afternotok:7,afterok:8"),
             (std::vector<Dependency>{{DepType::AfterNotOk, 7}, {DepType::AfterOk, 8}}));
-  for (const char* bad : {"afterok", "afterok:", "afterok:0", "afterok:x", "afterok:1:", "singleton", "afterok:1,",
-                          "afterok:-1"}) {
+  for (const char* bad :
+       {"afterok", "afterok:", "afterok:0", "afterok:x", "afterok:1:", "singleton", "afterok:1,", "afterok:-1"}) {
     SCOPED_TRACE(bad);
     EXPECT_EQ(error_of([&] { parse_dependency(bad); }).code(), Exit::Usage);
   }
@@ -406,7 +413,8 @@ TEST(RsubSpecSignal, NamesAndNumbers) {
   EXPECT_EQ(parse_signal("9"), 9);
   EXPECT_EQ(parse_signal("64"), 64);
   EXPECT_EQ(parse_signal("USR1"), 10);
-  for (const char* bad : {"", "0", "65", "SIG", "SIGNOPE", "-9", "9x", " 9"}) EXPECT_EQ(parse_signal(bad), std::nullopt) << bad;
+  for (const char* bad : {"", "0", "65", "SIG", "SIGNOPE", "-9", "9x", " 9"})
+    EXPECT_EQ(parse_signal(bad), std::nullopt) << bad;
 }
 
 // --- remote backends: nodes, [slurm], [kubernetes], remote dependencies ---------------
@@ -450,7 +458,8 @@ TEST(RsubSpecRemote, SlurmAndKubernetesTables) {
 
 TEST(RsubSpecRemote, HintErrors) {
   const std::pair<const char*, const char*> cases[] = {
-      {"command = [\"x\"]\n[slurm]\npartition = \"gpu\"\npartiton = \"x\"\n", "t.toml:4: unknown key \"slurm.partiton\""},
+      {"command = [\"x\"]\n[slurm]\npartition = \"gpu\"\npartiton = \"x\"\n",
+       "t.toml:4: unknown key \"slurm.partiton\""},
       {"command = [\"x\"]\n[kubernetes]\nimages = \"x\"\n", "t.toml:3: unknown key \"kubernetes.images\""},
       {"command = [\"x\"]\n[slurm]\nqos = 1\n", "t.toml:3: slurm.qos must be a string"},
       {"command = [\"x\"]\n[slurm]\nswitches = -1\n", "t.toml:3: slurm.switches must be at least 0"},
@@ -471,8 +480,9 @@ TEST(RsubSpecRemote, RemoteDependencies) {
   EXPECT_EQ(parse_dependency("afterany:12,afternotok:dc1:7"),
             (std::vector<Dependency>{{DepType::AfterAny, 12, ""}, {DepType::AfterNotOk, 0, "dc1:7"}}));
   // A backend's ids are its own: Slurm array elements, Kubernetes Job names.
-  EXPECT_EQ(parse_dependency("afterok:slurm:1234_5:gke:rsub-12-train"),
-            (std::vector<Dependency>{{DepType::AfterOk, 0, "slurm:1234_5"}, {DepType::AfterOk, 0, "gke:rsub-12-train"}}));
+  EXPECT_EQ(
+      parse_dependency("afterok:slurm:1234_5:gke:rsub-12-train"),
+      (std::vector<Dependency>{{DepType::AfterOk, 0, "slurm:1234_5"}, {DepType::AfterOk, 0, "gke:rsub-12-train"}}));
   for (const char* bad : {"afterok:slurm", "afterok:slurm:", "afterok::12", "afterok:slurm:a b", "afterok:slurm:1$"}) {
     SCOPED_TRACE(bad);
     EXPECT_EQ(error_of([&] { parse_dependency(bad); }).code(), Exit::Usage);

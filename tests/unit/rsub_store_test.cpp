@@ -79,8 +79,8 @@ TEST(RsubStore, CancelHoldAndReleaseFollowTheState) {
   EXPECT_FALSE(store.cancel(a, "alice", now_s()));  // already over
 
   ASSERT_TRUE(store.start_attempt(b, {TaskAlloc{{0}, {0}, {}, 0}}, "h", now_s()));
-  EXPECT_FALSE(store.set_held(b, true));            // only pending jobs are held
-  EXPECT_FALSE(store.cancel(b, "bob", now_s()));    // running: marked for the supervisor
+  EXPECT_FALSE(store.set_held(b, true));          // only pending jobs are held
+  EXPECT_FALSE(store.cancel(b, "bob", now_s()));  // running: marked for the supervisor
   EXPECT_TRUE(store.job(b)->cancel_requested);
   AttemptEnd end{AttemptEnd::How::Cancelled, std::nullopt, 15, now_s()};
   EXPECT_EQ(store.end_attempt(b, 1, end), JobState::Cancelled);
@@ -319,8 +319,9 @@ TEST(RsubStoreRemote, Version2StoreIsMigrated) {
     Store store(dir.path());
     store.submit(simple("old"), kAlice, 100);
   }
-  sql(dir.path(), "ALTER TABLE jobs DROP COLUMN environ; ALTER TABLE jobs DROP COLUMN cpu_s; "
-                  "ALTER TABLE jobs DROP COLUMN peak_memory_bytes; PRAGMA user_version=2");
+  sql(dir.path(),
+      "ALTER TABLE jobs DROP COLUMN environ; ALTER TABLE jobs DROP COLUMN cpu_s; "
+      "ALTER TABLE jobs DROP COLUMN peak_memory_bytes; PRAGMA user_version=2");
   Store store(dir.path());
   EXPECT_EQ(user_version(dir.path()), 4);
   EXPECT_FALSE(store.environment(1));
@@ -487,8 +488,8 @@ TEST(RsubStoreRemote, UpdateRemoteChangesOnlyActiveJobsOfTheBackend) {
   // Held, as the backend says.
   const auto h = store.submit(remote(), kAlice, 100).front();
   store.set_remote_ids({h}, {"90"});
-  store.update_remote("slurm", {{"90", JobState::Pending, "JobHeldUser", true, std::nullopt, std::nullopt,
-                                 std::nullopt, std::nullopt, 0, ""}});
+  store.update_remote("slurm", {{"90", JobState::Pending, "JobHeldUser", true, std::nullopt, std::nullopt, std::nullopt,
+                                 std::nullopt, 0, ""}});
   EXPECT_TRUE(store.job(h)->held);
   EXPECT_EQ(store.job(h)->reason, "JobHeldUser");
 }
@@ -532,7 +533,6 @@ TEST(RsubStoreRemote, LoseUnsubmittedMarksOnlyStaleJobsWithoutRemoteId) {
   EXPECT_EQ(store.job(cancelled)->state, JobState::Cancelled);
 }
 
-
 // --- the change log the daemon refreshes from ---------------------------------------------
 
 TEST(RsubStoreChanges, LogsEachChangedJobOnceInCommitOrder) {
@@ -572,7 +572,6 @@ TEST(RsubStoreChanges, LogsEachChangedJobOnceInCommitOrder) {
   EXPECT_EQ(store.change_seq(), seq);
 }
 
-
 // --- the record's text -----------------------------------------------------------------------
 
 // What Json::dump writes for the record, field by field: to_json_line writes it without
@@ -581,18 +580,30 @@ std::string record_as_json_dumps_it(const JobRecord& r) {
   auto opt = [](const auto& v) { return v ? Json(*v) : Json(nullptr); };
   std::optional<double> elapsed;
   if (r.start_s) elapsed = r.end_s.value_or(now_s()) - *r.start_s;
-  Json j{{"schema", "rkit.job.v1"}, {"id", r.display_id()}, {"backend", r.backend},
-         {"remote_id", r.remote_id.empty() ? Json(nullptr) : Json(r.remote_id)}, {"job_id", r.id},
-         {"array_parent", opt(r.array_parent)}, {"array_index", opt(r.array_index)}};
+  Json j{{"schema", "rkit.job.v1"},
+         {"id", r.display_id()},
+         {"backend", r.backend},
+         {"remote_id", r.remote_id.empty() ? Json(nullptr) : Json(r.remote_id)},
+         {"job_id", r.id},
+         {"array_parent", opt(r.array_parent)},
+         {"array_index", opt(r.array_index)}};
   const Json fields = parse_json(spec_record_fields(r.spec), "fields");
   for (auto& [k, v] : fields.items()) j[k] = v;
-  const Json tail{{"user", r.user}, {"uid", r.uid}, {"state", state_name(r.state)}, {"reason", r.reason},
-                           {"held", r.held}, {"exit_code", opt(r.exit_code)},
-                           {"signal", r.signal ? Json(signal_name(*r.signal)) : Json(nullptr)},
-                           {"attempts", r.attempts}, {"submit_unix_s", r.submit_s}, {"start_unix_s", opt(r.start_s)},
-                           {"end_unix_s", opt(r.end_s)}, {"elapsed_s", opt(elapsed)},
-                           {"host", r.host.empty() ? Json(nullptr) : Json(r.host)}, {"cpu_used_s", opt(r.cpu_s)},
-                           {"memory_peak_bytes", opt(r.peak_memory_bytes)}};
+  const Json tail{{"user", r.user},
+                  {"uid", r.uid},
+                  {"state", state_name(r.state)},
+                  {"reason", r.reason},
+                  {"held", r.held},
+                  {"exit_code", opt(r.exit_code)},
+                  {"signal", r.signal ? Json(signal_name(*r.signal)) : Json(nullptr)},
+                  {"attempts", r.attempts},
+                  {"submit_unix_s", r.submit_s},
+                  {"start_unix_s", opt(r.start_s)},
+                  {"end_unix_s", opt(r.end_s)},
+                  {"elapsed_s", opt(elapsed)},
+                  {"host", r.host.empty() ? Json(nullptr) : Json(r.host)},
+                  {"cpu_used_s", opt(r.cpu_s)},
+                  {"memory_peak_bytes", opt(r.peak_memory_bytes)}};
   for (auto& [k, v] : tail.items()) j[k] = v;
   j["alloc"] = alloc_to_json(r.alloc);
   return to_json_line(j);
@@ -629,7 +640,8 @@ TEST(RsubRecord, LineIsWhatJsonWouldWrite) {
   EXPECT_EQ(parse_json(r.to_json_line(), "line")["reason"], "bad byte \xef\xbf\xbd here") << "invalid UTF-8 replaced";
   std::mt19937_64 random(7);
   for (int i = 0; i < 2000; ++i) {  // doubles of every magnitude: the same digits as Json's
-    r.submit_s = std::ldexp(std::uniform_real_distribution<double>(-1, 1)(random), static_cast<int>(random() % 200) - 100);
+    r.submit_s =
+        std::ldexp(std::uniform_real_distribution<double>(-1, 1)(random), static_cast<int>(random() % 200) - 100);
     ASSERT_EQ(r.to_json_line(), record_as_json_dumps_it(r)) << r.submit_s;
   }
 }

@@ -17,9 +17,9 @@
 namespace rkit {
 namespace {
 
-using rkit::testing::error_of;
 using fixtures::dgx;
 using fixtures::synthetic;
+using rkit::testing::error_of;
 
 // A request; cpus_per_rank 0 leaves the default (an equal share).
 PlaceRequest request(int ranks, int cpus_per_rank = 0, int gpus_per_rank = 0, Policy policy = Policy::Pack) {
@@ -50,8 +50,10 @@ void expect_consistent(const Topology& t, const std::vector<RankPlacement>& ps) 
     }
     std::sort(pus.begin(), pus.end());
     EXPECT_EQ(p.pus, pus) << "rank " << p.rank;
-    if (nodes.size() == 1) EXPECT_EQ(p.numa_node, *nodes.begin()) << "rank " << p.rank;
-    else EXPECT_FALSE(p.numa_node) << "rank " << p.rank;
+    if (nodes.size() == 1)
+      EXPECT_EQ(p.numa_node, *nodes.begin()) << "rank " << p.rank;
+    else
+      EXPECT_FALSE(p.numa_node) << "rank " << p.rank;
   }
 }
 
@@ -132,8 +134,7 @@ TEST(RtopPlacement, OneGpuPerRankGetsCoresOnTheGpusNode) {
     EXPECT_TRUE(p.numa_local) << "rank " << p.rank;
   }
   // Spread puts the same ranks on the same GPUs here (one GPU per node), still local.
-  for (const auto& p : place(t, request(4, 8, 1, Policy::Spread)))
-    EXPECT_TRUE(p.numa_local);
+  for (const auto& p : place(t, request(4, 8, 1, Policy::Spread))) EXPECT_TRUE(p.numa_local);
 }
 
 TEST(RtopPlacement, ImpossibleRequestsSayWhatIsShort) {

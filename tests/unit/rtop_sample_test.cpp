@@ -67,7 +67,8 @@ TEST(RtopSample, UtilisationIsBusyOverElapsed) {
 }
 
 TEST(RtopSample, MeminfoValuesInBytes) {
-  const char* meminfo = "MemTotal:       16318264 kB\nMemFree:  5 kB\nMemAvailable:   12000000 kB\nHighMemTotal: 7 kB\n";
+  const char* meminfo =
+      "MemTotal:       16318264 kB\nMemFree:  5 kB\nMemAvailable:   12000000 kB\nHighMemTotal: 7 kB\n";
   EXPECT_EQ(meminfo_bytes(meminfo, "MemTotal"), 16318264ull * 1024);
   EXPECT_EQ(meminfo_bytes(meminfo, "MemAvailable"), 12000000ull * 1024);
   EXPECT_EQ(meminfo_bytes("HighMemTotal: 7 kB\nMemTotal: 9 kB\n", "MemTotal"), 9ull * 1024);  // whole keys only

@@ -66,15 +66,19 @@ TEST(RtopExposition, LabelValuesEscapeBackslashQuoteAndNewline) {
 TEST(RtopExposition, LabelValuesKeepUtf8AndReplaceInvalidBytes) {
   EXPECT_EQ(escape_label_value("Zürich 日本 🚀"), "Zürich 日本 🚀");
   const std::string fffd = "\xef\xbf\xbd";
-  EXPECT_EQ(escape_label_value("a\xff" "b"), "a" + fffd + "b");
-  EXPECT_EQ(escape_label_value("\xc0\xaf"), fffd + fffd);          // overlong '/'
-  EXPECT_EQ(escape_label_value("\xed\xa0\x80"), fffd + fffd + fffd);  // a surrogate
-  EXPECT_EQ(escape_label_value("x\xe2\x82"), "x" + fffd + fffd);    // cut short
+  EXPECT_EQ(escape_label_value("a\xff"
+                               "b"),
+            "a" + fffd + "b");
+  EXPECT_EQ(escape_label_value("\xc0\xaf"), fffd + fffd);                        // overlong '/'
+  EXPECT_EQ(escape_label_value("\xed\xa0\x80"), fffd + fffd + fffd);             // a surrogate
+  EXPECT_EQ(escape_label_value("x\xe2\x82"), "x" + fffd + fffd);                 // cut short
   EXPECT_EQ(escape_label_value("\xf4\x90\x80\x80"), fffd + fffd + fffd + fffd);  // past U+10FFFF
 }
 
 TEST(RtopExposition, HelpEscapesBackslashAndNewlineButNotQuotes) {
-  EXPECT_EQ(escape_help(R"(a "b" c\d)" "\ne"), R"(a "b" c\\d\ne)");
+  EXPECT_EQ(escape_help(R"(a "b" c\d)"
+                        "\ne"),
+            R"(a "b" c\\d\ne)");
 }
 
 TEST(RtopExposition, NumbersAreWhatPrometheusParses) {
@@ -223,21 +227,23 @@ TEST(RtopServe, GpuFamiliesFollowDcgmInBaseUnits) {
   EXPECT_TRUE(has_line(text, "rkit_gpu_energy_joules_total" + la + " 1234.567")) << text;  // mJ → J
   EXPECT_TRUE(has_line(text, "rkit_gpu_power_watts{gpu=\"1\"} 70")) << text;
   EXPECT_EQ(text.find("rkit_gpu_utilization_ratio{gpu=\"1\""), std::string::npos) << text;
-  for (const char* dcgm : {"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_POWER_USAGE",
-                           "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"})
+  for (const char* dcgm : {"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE",
+                           "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"})
     EXPECT_NE(text.find(dcgm), std::string::npos) << dcgm << " not named in a HELP line";
 }
 
 TEST(RtopServe, WithoutNvmlOnlyTheUpGauge) {
-  EXPECT_EQ(render_exposition(gpu_families(false, {})),
-            "# HELP rkit_nvml_up 1 when NVML is loaded, so that GPUs are reported, else 0 (no NVIDIA driver, or --no-nvml).\n"
-            "# TYPE rkit_nvml_up gauge\nrkit_nvml_up 0\n");
+  EXPECT_EQ(
+      render_exposition(gpu_families(false, {})),
+      "# HELP rkit_nvml_up 1 when NVML is loaded, so that GPUs are reported, else 0 (no NVIDIA driver, or --no-nvml).\n"
+      "# TYPE rkit_nvml_up gauge\nrkit_nvml_up 0\n");
 }
 
 // --- the queue and its cost ------------------------------------------------------------------
 
 Json job(const std::string& id, const std::string& tenant, const std::string& state, int tasks, int cpus_per_task,
-         int gpus_per_task, Json gpu_type, std::uint64_t memory_per_task, double submit, const std::string& backend = "local") {
+         int gpus_per_task, Json gpu_type, std::uint64_t memory_per_task, double submit,
+         const std::string& backend = "local") {
   return Json{{"schema", "rkit.job.v1"},
               {"id", id},
               {"backend", backend},
@@ -274,7 +280,7 @@ std::vector<Json> queue_records() {
       job("4", "desk-a", "PENDING", 1, 1, 0, nullptr, 0, 940),  // the oldest pending: 60 s
       job("5", "desk \"b\"", "PENDING", 3, 1, 1, nullptr, 0, 990),
       job("slurm:77", "desk-a", "RUNNING", 1, 8, 8, nullptr, 0, 100, "slurm"),  // remote: skipped
-      job("6", "desk-c", "COMPLETED", 1, 1, 1, nullptr, 0, 100),              // ended: skipped
+      job("6", "desk-c", "COMPLETED", 1, 1, 1, nullptr, 0, 100),                // ended: skipped
   };
 }
 
@@ -317,7 +323,8 @@ TEST(RtopServe, QueueFamiliesAsText) {
        })
     EXPECT_TRUE(has_line(text, line)) << line << "\n" << text;
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(text, m, std::regex(R"(rkit_tenant_cost_per_hour\{tenant="desk-a",currency="EUR"\} (\S+))")))
+  ASSERT_TRUE(
+      std::regex_search(text, m, std::regex(R"(rkit_tenant_cost_per_hour\{tenant="desk-a",currency="EUR"\} (\S+))")))
       << text;
   EXPECT_NEAR(std::stod(m[1]), 8.41, 1e-9);
   // Users never become labels: only tenant, state and currency do.
@@ -702,7 +709,8 @@ class ServeInProcess {
   ServeInProcess(const ServeLimits& limits, ServeOptions options = quiet_options()) : exporter_(options) {
     thread_ = std::thread([this, limits] {
       try {
-        serve(exporter_, parse_listen("127.0.0.1:0"), [this](const std::string& url) { url_.set_value(url); }, limits);
+        serve(
+            exporter_, parse_listen("127.0.0.1:0"), [this](const std::string& url) { url_.set_value(url); }, limits);
       } catch (...) {
         url_.set_exception(std::current_exception());
       }

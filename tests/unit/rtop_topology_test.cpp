@@ -18,11 +18,11 @@ namespace rkit {
 namespace {
 
 using Matrix = std::vector<std::vector<std::string>>;
-using rkit::testing::error_of;
 using fixtures::dgx;
 using fixtures::kFixtures;
 using fixtures::kSynthetic;
 using fixtures::synthetic;
+using rkit::testing::error_of;
 
 std::vector<int> range(int from, int to) {  // [from, to)
   std::vector<int> v;
@@ -63,8 +63,7 @@ TEST(RtopTopologySynthetic, NumaCoreListsAreDisjointAndComplete) {
     for (int c : n.cores) {
       const Core& core = t.cores.at(static_cast<std::size_t>(c));
       EXPECT_EQ(core.numa_node, n.os_index) << "core " << c;
-      for (int pu : core.pus)
-        EXPECT_TRUE(std::find(n.pus.begin(), n.pus.end(), pu) != n.pus.end()) << "PU " << pu;
+      for (int pu : core.pus) EXPECT_TRUE(std::find(n.pus.begin(), n.pus.end(), pu) != n.pus.end()) << "PU " << pu;
     }
   }
   std::sort(cores.begin(), cores.end());
@@ -114,8 +113,7 @@ TEST(RtopTopologyDgx, CpuSide) {
 
 TEST(RtopTopologyDgx, GpusFromThePciBus) {
   Topology t = dgx();
-  const std::vector<std::string> bus = {"0000:05:00.0", "0000:06:00.0", "0000:09:00.0", "0000:83:00.0",
-                                        "0000:84:00.0"};
+  const std::vector<std::string> bus = {"0000:05:00.0", "0000:06:00.0", "0000:09:00.0", "0000:83:00.0", "0000:84:00.0"};
   const std::vector<int> numa = {0, 0, 0, 1, 1};
   ASSERT_EQ(t.gpus.size(), bus.size());
   for (std::size_t i = 0; i < bus.size(); ++i) {
@@ -160,18 +158,12 @@ TEST(RtopTopologyDgx, NicsAndNvme) {
 TEST(RtopTopologyDgx, LinkMatrixHasEveryPcieLinkType) {
   Topology t = dgx();
   const Matrix gpu = {
-      {"X", "PIX", "PXB", "SYS", "SYS"},
-      {"PIX", "X", "PXB", "SYS", "SYS"},
-      {"PXB", "PXB", "X", "SYS", "SYS"},
-      {"SYS", "SYS", "SYS", "X", "PIX"},
-      {"SYS", "SYS", "SYS", "PIX", "X"},
+      {"X", "PIX", "PXB", "SYS", "SYS"}, {"PIX", "X", "PXB", "SYS", "SYS"}, {"PXB", "PXB", "X", "SYS", "SYS"},
+      {"SYS", "SYS", "SYS", "X", "PIX"}, {"SYS", "SYS", "SYS", "PIX", "X"},
   };
   const Matrix gpu_nic = {
-      {"PXB", "PHB", "NODE", "SYS"},
-      {"PXB", "PHB", "NODE", "SYS"},
-      {"PIX", "PHB", "NODE", "SYS"},
-      {"SYS", "SYS", "SYS", "PIX"},
-      {"SYS", "SYS", "SYS", "PIX"},
+      {"PXB", "PHB", "NODE", "SYS"}, {"PXB", "PHB", "NODE", "SYS"}, {"PIX", "PHB", "NODE", "SYS"},
+      {"SYS", "SYS", "SYS", "PIX"},  {"SYS", "SYS", "SYS", "PIX"},
   };
   const Matrix nic = {
       {"X", "PHB", "NODE", "SYS"},

@@ -44,8 +44,7 @@ DistEnv env_for(int rank, int world, int port) {
 }
 
 // Runs body(comm) on `world` threads, one rank each; fails the test for any exception.
-void run_ranks(int world, const std::function<void(Communicator&)>& body,
-               std::chrono::milliseconds timeout = 5000ms) {
+void run_ranks(int world, const std::function<void(Communicator&)>& body, std::chrono::milliseconds timeout = 5000ms) {
   const int port = free_port();
   std::vector<std::thread> threads;
   std::vector<std::string> errors(static_cast<std::size_t>(world));
@@ -133,8 +132,7 @@ TEST(RtrainCommEnv, RejectsMalformedValues) {
       {{{"RANK", "0"}}, "RANK is set but WORLD_SIZE is not"},
       {{{"WORLD_SIZE", "2"}}, "WORLD_SIZE is set but RANK is not"},
       {{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "2"}}, "LOCAL_RANK=2 is not below WORLD_SIZE=2"},
-      {{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "0"}},
-       "MASTER_PORT='0' is not a port number (1 to 65535)"},
+      {{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "0"}}, "MASTER_PORT='0' is not a port number (1 to 65535)"},
       {{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "65536"}},
        "MASTER_PORT='65536' is not a port number (1 to 65535)"},
       {{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", ""}}, "MASTER_ADDR is empty"},
@@ -417,8 +415,7 @@ TEST(RtrainComm, Allreduce4MiBBetweenTwoRanks) {
   std::sort(times.begin() + 1, times.end());  // the first one warms up
   const double median = times[3];
   RecordProperty("allreduce_4mib_ms", std::to_string(median * 1e3));
-  std::printf("4 MiB float allreduce, 2 ranks: median %.2f ms (%.2f GB/s algbw)\n", median * 1e3,
-              4.194304e-3 / median);
+  std::printf("4 MiB float allreduce, 2 ranks: median %.2f ms (%.2f GB/s algbw)\n", median * 1e3, 4.194304e-3 / median);
 }
 
 }  // namespace

@@ -56,8 +56,10 @@ struct Gathered {
 Gathered gather(const Dataset& d, const std::vector<std::uint64_t>& rows) {
   Gathered g;
   g.x.resize(rows.size() * d.features());
-  if (d.task() == Task::Regression) g.y.resize(rows.size() * d.outputs());
-  else g.labels.resize(rows.size());
+  if (d.task() == Task::Regression)
+    g.y.resize(rows.size() * d.outputs());
+  else
+    g.labels.resize(rows.size());
   d.gather(rows, g.x.data(), g.y.empty() ? nullptr : g.y.data(), g.labels.empty() ? nullptr : g.labels.data());
   return g;
 }
@@ -478,8 +480,7 @@ TEST(RtrainDataCsv, MalformedFilesNameTheLine) {
   EXPECT_EQ(e.code(), Exit::DataErr);
   EXPECT_EQ(std::string(e.what()), p + ":3: column 2 is nan: features and targets must be finite numbers");
   write(p, "1,2,3\n4,5,inf\n");
-  EXPECT_EQ(std::string(load_error(p).what()),
-            p + ":2: column 3 is inf: features and targets must be finite numbers");
+  EXPECT_EQ(std::string(load_error(p).what()), p + ":2: column 3 is inf: features and targets must be finite numbers");
   write(p, "1,2,1e300\n");
   EXPECT_EQ(std::string(load_error(p).what()), p + ":1: '1e300' is too large for a float (column 3)");
   write(p, "1e-50,2,3\n");  // too small for a float: 0
@@ -563,9 +564,9 @@ TEST(RtrainDataNpy, RefusesWhatItCannotRead) {
   EXPECT_NE(message(whole.substr(0, 20)).find("truncated"), std::string::npos);
   EXPECT_NE(message(whole + "xx").find("trailing"), std::string::npos);
   EXPECT_NE(message("PK\x03\x04 not numpy at all").find("not a .npy file"), std::string::npos);
-  EXPECT_NE(message(npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3) ", raw_bytes(f4)))
-                .find("malformed"),
-            std::string::npos);
+  EXPECT_NE(
+      message(npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3) ", raw_bytes(f4))).find("malformed"),
+      std::string::npos);
 
   const std::vector<float> nan = {1, 2, 3, 4, std::numeric_limits<float>::quiet_NaN(), 6};
   EXPECT_EQ(message(npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", raw_bytes(nan))),
@@ -577,7 +578,7 @@ TEST(RtrainDataNpy, RefusesWhatItCannotRead) {
 
 TEST(RtrainDataSafetensors, RegressionAndClassification) {
   ScratchDir dir;
-  const std::vector<float> x = {1, 2, 3, 4, 5, 6};       // 3 rows x 2 features
+  const std::vector<float> x = {1, 2, 3, 4, 5, 6};         // 3 rows x 2 features
   const std::vector<double> y = {10, 11, 20, 21, 30, 31};  // 3 rows x 2 targets
   const std::vector<std::int64_t> labels = {2, 0, 1};
   {
@@ -633,7 +634,9 @@ TEST(RtrainDataSafetensors, RefusesBadTensors) {
               w.add("y", st::Dtype::F32, {3}, bytes_of(y3));
             }),
             p + ": X[2, 1] is inf: features and targets must be finite numbers");
-  EXPECT_NE(message([&](st::Writer& w) { w.add("X", st::Dtype::F32, {3, 2}, bytes_of(x)); }).find("no tensor \"y\""),
+  EXPECT_NE(message([&](st::Writer& w) {
+              w.add("X", st::Dtype::F32, {3, 2}, bytes_of(x));
+            }).find("no tensor \"y\""),
             std::string::npos);
   EXPECT_NE(message([&](st::Writer& w) {
               w.add("X", st::Dtype::F32, {3, 2}, bytes_of(x));

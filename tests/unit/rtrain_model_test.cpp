@@ -54,7 +54,8 @@ TEST_P(RtrainModelGrad, MatchesFiniteDifferences) {
   float* p = net.params();
   // ReLU has kinks: a step that carries a pre-activation across 0 breaks the difference,
   // so there a smaller step may vouch for the gradient too.
-  const std::vector<float> steps = c.act == kernels::Activation::Relu ? std::vector<float>{1e-2f, 1e-3f} : std::vector<float>{1e-2f};
+  const std::vector<float> steps =
+      c.act == kernels::Activation::Relu ? std::vector<float>{1e-2f, 1e-3f} : std::vector<float>{1e-2f};
   double worst = 0;
   for (std::size_t i = 0; i < net.parameters(); ++i) {
     double best = INFINITY, best_fd = 0;
@@ -126,7 +127,8 @@ TEST(RtrainBuckets, WholeLayersInBackwardOrderUntilFull) {
 
 TEST(RtrainConfig, FileOverDefaultsWithErrorsNamingTheLine) {
   rkit::testing::TempDir dir;
-  rkit::testing::write(dir.file("ok.toml"), "[model]\nlayers = [8, 4, 3]\nloss = \"cross_entropy\"\n[train]\nepochs = 2\n");
+  rkit::testing::write(dir.file("ok.toml"),
+                       "[model]\nlayers = [8, 4, 3]\nloss = \"cross_entropy\"\n[train]\nepochs = 2\n");
   TrainConfig c = load_train_config(dir.file("ok.toml"));
   EXPECT_EQ(c.layers, (std::vector<std::size_t>{8, 4, 3}));
   EXPECT_EQ(c.loss, Loss::CrossEntropy);

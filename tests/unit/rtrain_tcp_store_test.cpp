@@ -449,7 +449,7 @@ TEST(RtrainStore, AHugeClaimedLengthIsRefusedUnread) {
   TcpStore host("127.0.0.1", 0, true, 2000ms, kKey, quick());
   const long before = rss_bytes();
   Raw raw(host.port());
-  ASSERT_TRUE(raw.handshake(kKey));  // even a peer with the secret
+  ASSERT_TRUE(raw.handshake(kKey));                       // even a peer with the secret
   const char huge[4] = {'\xf0', '\xff', '\xff', '\xff'};  // 4 GiB claimed
   raw.send_all(huge, 4);
   EXPECT_TRUE(raw.closed_within(1000ms));
@@ -466,7 +466,7 @@ TEST(RtrainStore, AForgedOrReplayedFrameIsRefused) {
     const auto f = raw.frame(set_request("good", "1"));
     raw.send_all(f.data(), f.size());
     EXPECT_EQ(raw.recv_exact(4 + 1 + 32).size(), 37u);  // the reply: status 0 and its tag
-    raw.send_all(f.data(), f.size());                  // the same frame again: a replay
+    raw.send_all(f.data(), f.size());                   // the same frame again: a replay
     EXPECT_TRUE(raw.closed_within(1000ms));
   }
   {

@@ -64,9 +64,9 @@ std::string python_with_numpy() {
 
 TEST(Safetensors, DtypeTable) {
   const std::vector<std::pair<Dtype, std::size_t>> sizes = {
-      {Dtype::Bool, 1}, {Dtype::U8, 1},  {Dtype::I8, 1},   {Dtype::F8_E5M2, 1}, {Dtype::F8_E4M3, 1},
-      {Dtype::I16, 2},  {Dtype::U16, 2}, {Dtype::F16, 2},  {Dtype::BF16, 2},    {Dtype::I32, 4},
-      {Dtype::U32, 4},  {Dtype::F32, 4}, {Dtype::F64, 8},  {Dtype::I64, 8},     {Dtype::U64, 8}};
+      {Dtype::Bool, 1}, {Dtype::U8, 1},  {Dtype::I8, 1},  {Dtype::F8_E5M2, 1}, {Dtype::F8_E4M3, 1},
+      {Dtype::I16, 2},  {Dtype::U16, 2}, {Dtype::F16, 2}, {Dtype::BF16, 2},    {Dtype::I32, 4},
+      {Dtype::U32, 4},  {Dtype::F32, 4}, {Dtype::F64, 8}, {Dtype::I64, 8},     {Dtype::U64, 8}};
   for (const auto& [d, size] : sizes) {
     EXPECT_EQ(st::dtype_size(d), size) << st::dtype_name(d);
     EXPECT_EQ(st::parse_dtype(st::dtype_name(d)), d);
@@ -226,11 +226,10 @@ TEST(Safetensors, ReadsPythonWrittenFixture) {
     std::vector<std::uint64_t> shape;
     std::uint64_t begin, end;  // data_offsets as the script wrote them
   };
-  const std::vector<Want> wants = {
-      {"weight", Dtype::F32, {2, 3}, 0, 24}, {"bf16", Dtype::BF16, {4}, 24, 32},
-      {"ids", Dtype::I64, {5}, 32, 72},      {"step", Dtype::I64, {}, 72, 80},
-      {"mask", Dtype::Bool, {3}, 80, 83},    {"half", Dtype::F16, {2, 2}, 83, 91},
-      {"empty", Dtype::F32, {0, 3}, 91, 91}};
+  const std::vector<Want> wants = {{"weight", Dtype::F32, {2, 3}, 0, 24}, {"bf16", Dtype::BF16, {4}, 24, 32},
+                                   {"ids", Dtype::I64, {5}, 32, 72},      {"step", Dtype::I64, {}, 72, 80},
+                                   {"mask", Dtype::Bool, {3}, 80, 83},    {"half", Dtype::F16, {2, 2}, 83, 91},
+                                   {"empty", Dtype::F32, {0, 3}, 91, 91}};
   for (const auto& w : wants) {
     const auto& t = find(h, w.name);
     EXPECT_EQ(t.dtype, w.dtype) << w.name;
@@ -245,9 +244,9 @@ TEST(Safetensors, ReadsPythonWrittenFixture) {
   const auto& bf16 = find(h, "bf16");  // float32 [1, -2.5, 0.1, 3e38] with the low 16 bits dropped
   EXPECT_EQ(value(file, bf16, 0), 1.0);
   EXPECT_EQ(value(file, bf16, 1), -2.5);
-  EXPECT_EQ(value(file, bf16, 2), 0.099609375);        // 0x3dcc
+  EXPECT_EQ(value(file, bf16, 2), 0.099609375);             // 0x3dcc
   EXPECT_EQ(value(file, bf16, 3), std::ldexp(225.0, 120));  // 0x7f61
-  const auto& ids = find(h, "ids");  // np.arange(5) - 2
+  const auto& ids = find(h, "ids");                         // np.arange(5) - 2
   for (std::size_t i = 0; i < 5; ++i) EXPECT_EQ(value(file, ids, i), double(i) - 2.0);
   EXPECT_EQ(value(file, find(h, "step"), 0), 123456789012.0);
   const auto& mask = find(h, "mask");
@@ -346,8 +345,7 @@ TEST(Safetensors, ValidationErrors) {
       {tensor(R"({"dtype": "F32", "shape": [2], "data_offsets": [0, 4]})"),
        "shape [2] of F32 needs 8 bytes, but data_offsets [0, 4] hold 4"},
       {tensor(R"({"dtype": "BF16", "shape": [], "data_offsets": [0, 4]})"), "shape [] of BF16 needs 2 bytes"},
-      {tensor(R"({"dtype": "F32", "shape": [4294967296, 4294967296], "data_offsets": [0, 4]})"),
-       "overflows 64 bits"},
+      {tensor(R"({"dtype": "F32", "shape": [4294967296, 4294967296], "data_offsets": [0, 4]})"), "overflows 64 bits"},
       {tensor(R"({"dtype": "F64", "shape": [2305843009213693952], "data_offsets": [0, 4]})"), "overflows 64 bits"},
       {tensor(R"({"dtype": "U8", "shape": [18446744073709551615], "data_offsets": [0, 18446744073709551615]})"),
        "lie beyond any file"},
@@ -457,8 +455,8 @@ TEST(Safetensors, HalfPrecisionBitPatterns) {
   const double inf = std::numeric_limits<double>::infinity();
   EXPECT_EQ(decode(Dtype::F16, {0x00, 0x3c}), 1.0);
   EXPECT_EQ(decode(Dtype::F16, {0x00, 0xc0}), -2.0);
-  EXPECT_EQ(decode(Dtype::F16, {0x55, 0x35}), 0.333251953125);  // nearest to 1/3
-  EXPECT_EQ(decode(Dtype::F16, {0xff, 0x7b}), 65504.0);          // largest finite
+  EXPECT_EQ(decode(Dtype::F16, {0x55, 0x35}), 0.333251953125);        // nearest to 1/3
+  EXPECT_EQ(decode(Dtype::F16, {0xff, 0x7b}), 65504.0);               // largest finite
   EXPECT_EQ(decode(Dtype::F16, {0x00, 0x04}), std::ldexp(1.0, -14));  // smallest normal
   EXPECT_EQ(decode(Dtype::F16, {0x01, 0x00}), std::ldexp(1.0, -24));  // smallest subnormal
   EXPECT_EQ(decode(Dtype::F16, {0xff, 0x03}), std::ldexp(1023.0, -24));
@@ -481,8 +479,10 @@ TEST(Safetensors, HalfPrecisionBitPatterns) {
   for (std::uint32_t b = 0; b < 0x10000; b += 0x101) {
     float f = std::bit_cast<float>(b << 16);
     double d = decode(Dtype::BF16, {std::uint8_t(b & 0xff), std::uint8_t(b >> 8)});
-    if (std::isnan(f)) EXPECT_TRUE(std::isnan(d));
-    else EXPECT_EQ(d, double(f)) << b;
+    if (std::isnan(f))
+      EXPECT_TRUE(std::isnan(d));
+    else
+      EXPECT_EQ(d, double(f)) << b;
   }
 }
 
@@ -518,8 +518,10 @@ TEST(Safetensors, Float8BitPatterns) {
   for (int b = 0; b < 256; ++b) {
     double f8 = decode(Dtype::F8_E5M2, {std::uint8_t(b)});
     double f16 = decode(Dtype::F16, {0x00, std::uint8_t(b)});
-    if (std::isnan(f16)) EXPECT_TRUE(std::isnan(f8)) << b;
-    else EXPECT_EQ(f8, f16) << b;
+    if (std::isnan(f16))
+      EXPECT_TRUE(std::isnan(f8)) << b;
+    else
+      EXPECT_EQ(f8, f16) << b;
   }
 }
 

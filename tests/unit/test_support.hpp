@@ -23,9 +23,9 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <optional>
-#include <functional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -49,8 +49,8 @@ class TempDir {
     for (auto it = std::filesystem::recursive_directory_iterator(path_, ec);
          !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec))
       if (it->is_directory(ec))
-        std::filesystem::permissions(it->path(), std::filesystem::perms::owner_all,
-                                     std::filesystem::perm_options::add, ec);
+        std::filesystem::permissions(it->path(), std::filesystem::perms::owner_all, std::filesystem::perm_options::add,
+                                     ec);
     std::filesystem::remove_all(path_, ec);
   }
   TempDir(const TempDir&) = delete;
@@ -92,8 +92,10 @@ class EnvGuard {
   }
   ~EnvGuard() {
     for (const auto& [n, v] : saved_) {
-      if (v) ::setenv(n.c_str(), v->c_str(), 1);
-      else ::unsetenv(n.c_str());
+      if (v)
+        ::setenv(n.c_str(), v->c_str(), 1);
+      else
+        ::unsetenv(n.c_str());
     }
   }
   EnvGuard(const EnvGuard&) = delete;

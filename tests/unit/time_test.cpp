@@ -26,8 +26,9 @@ TEST(Time, UtcSecondsAgreesWithGmtimeOverFourCenturies) {
 TEST(Time, UtcTimestampsParseOnlyInTheirOneForm) {
   EXPECT_EQ(parse_utc_time("2026-11-30T10:00:00Z"), 1796032800);
   EXPECT_EQ(parse_utc_time("1970-01-01T00:00:00Z"), 0);
-  for (const char* bad : {"", "Z", "2026-11-30T10:00:00", "2026-11-30 10:00:00Z", "2026-13-01T00:00:00Z",
-                          "2026-11-30T24:00:00Z", "2026-11-30T10:00:0xZ", "2026-11-30T-1:00:00Z", "+026-11-30T10:00:00Z", "Unknown"})
+  for (const char* bad :
+       {"", "Z", "2026-11-30T10:00:00", "2026-11-30 10:00:00Z", "2026-13-01T00:00:00Z", "2026-11-30T24:00:00Z",
+        "2026-11-30T10:00:0xZ", "2026-11-30T-1:00:00Z", "+026-11-30T10:00:00Z", "Unknown"})
     EXPECT_FALSE(parse_utc_time(bad)) << bad;
   EXPECT_EQ(format_utc(1796032800, "%Y-%m-%d %H:%M UTC"), "2026-11-30 10:00 UTC");
 }

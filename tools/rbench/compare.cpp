@@ -70,11 +70,16 @@ std::vector<Comparison> compare_runs(const std::vector<Json>& base, const std::v
     auto xs = samples_of(*b), ys = samples_of(*n);
     if (xs.size() >= kMinTestSamples && ys.size() >= kMinTestSamples) c.p_value = mann_whitney_p(xs, ys);
     bool real = !c.p_value || *c.p_value < kSignificance;
-    if (!c.ratio) c.verdict = "same";
-    else if (*c.ratio < fail_below && real) c.verdict = "regression";
-    else if (*c.ratio < 1 && real && c.p_value) c.verdict = "worse";
-    else if (*c.ratio > 1 / fail_below && real) c.verdict = "better";
-    else c.verdict = "same";
+    if (!c.ratio)
+      c.verdict = "same";
+    else if (*c.ratio < fail_below && real)
+      c.verdict = "regression";
+    else if (*c.ratio < 1 && real && c.p_value)
+      c.verdict = "worse";
+    else if (*c.ratio > 1 / fail_below && real)
+      c.verdict = "better";
+    else
+      c.verdict = "same";
     out.push_back(std::move(c));
   }
   return out;

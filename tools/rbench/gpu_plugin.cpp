@@ -45,7 +45,8 @@ std::vector<fs::path> default_locations() {
   const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
   if (ec) return {};
   const fs::path dir = exe.parent_path();
-  return {dir / RKIT_BENCH_GPU_PLUGIN_NAME, (dir / RKIT_BENCH_GPU_PLUGIN_DIR / RKIT_BENCH_GPU_PLUGIN_NAME).lexically_normal()};
+  return {dir / RKIT_BENCH_GPU_PLUGIN_NAME,
+          (dir / RKIT_BENCH_GPU_PLUGIN_DIR / RKIT_BENCH_GPU_PLUGIN_NAME).lexically_normal()};
 }
 
 // Loads the plug-in at `path`, a file that exists (RTLD_NOW: a symbol rbench lacks fails
@@ -66,9 +67,12 @@ std::string find_and_open_plugin(fs::path& loaded) {
   const bool named = env && *env;
   std::vector<fs::path> places;
   std::error_code ec;
-  if (named) places = {fs::absolute(env, ec)};  // absolute: dlopen must not search the library path
-  else if (RKIT_HAVE_CUDA) places = default_locations();
-  else return "built without CUDA (nvcc was not found, or -DRKIT_CUDA=OFF)";
+  if (named)
+    places = {fs::absolute(env, ec)};  // absolute: dlopen must not search the library path
+  else if (RKIT_HAVE_CUDA)
+    places = default_locations();
+  else
+    return "built without CUDA (nvcc was not found, or -DRKIT_CUDA=OFF)";
   for (const fs::path& path : places) {
     if (!fs::exists(path, ec)) continue;
     std::string why = open_plugin(path);

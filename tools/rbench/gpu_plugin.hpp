@@ -35,7 +35,8 @@ struct GpuSuiteName {
 };
 inline constexpr GpuSuiteName kGpuSuites[] = {
     {"gpu.copy", "copy bandwidth host<->GPU (pinned) and GPU<->GPU, every pair, with the copy engines"},
-    {"gpu.gemm", "GEMM on each GPU: cuBLAS fp32, tf32, fp16, bf16, fp8 (cublasLt), and rkit's own SGEMM as % of cuBLAS"},
+    {"gpu.gemm",
+     "GEMM on each GPU: cuBLAS fp32, tf32, fp16, bf16, fp8 (cublasLt), and rkit's own SGEMM as % of cuBLAS"},
     {"gpu.nccl", "NCCL collectives across all GPUs of this process: busbw and #wrong, as nccl-tests"},
     {"gpu.stream", "GPU memory bandwidth: STREAM copy, scale, add and triad on each GPU"},
 };

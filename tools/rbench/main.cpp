@@ -13,9 +13,9 @@
 #include "report.hpp"
 #include "rkit/atomic_file.hpp"
 #include "rkit/cli.hpp"
+#include "rkit/cpus.hpp"
 #include "rkit/error.hpp"
 #include "rkit/interrupt.hpp"
-#include "rkit/cpus.hpp"
 #include "suite.hpp"
 
 namespace {
@@ -32,15 +32,18 @@ std::string params_cell(const Json& p) {
 }
 
 std::vector<Column> result_columns() {
-  return {{"SUITE", "suite"},
-          {"METRIC", "metric"},
-          {"PARAMS", "params", params_cell},
-          {"MEDIAN", "median", cell_number},
-          {"UNIT", "unit"},
-          {"CV", "cv", [](const Json& v) { return v.is_number() ? fmt::format("{:.1f}%", 100 * v.get<double>()) : "-"; }},
-          {"PEAK", "peak_fraction",
-           [](const Json& v) { return v.is_number() ? fmt::format("{:.0f}%", 100 * v.get<double>()) : "-"; }},
-          {"CHECK", "correct", [](const Json& v) { return !v.is_boolean() ? "-" : v.get<bool>() ? "ok" : "WRONG"; }}};
+  return {
+      {"SUITE", "suite"},
+      {"METRIC", "metric"},
+      {"PARAMS", "params", params_cell},
+      {"MEDIAN", "median", cell_number},
+      {"UNIT", "unit"},
+      {"CV", "cv", [](const Json& v) { return v.is_number() ? fmt::format("{:.1f}%", 100 * v.get<double>()) : "-"; }},
+      {"PEAK", "peak_fraction",
+       [](const Json& v) { return v.is_number() ? fmt::format("{:.0f}%", 100 * v.get<double>()) : "-"; }},
+      {"CHECK", "correct", [](const Json& v) { return !v.is_boolean() ? "-"
+                                                      : v.get<bool>() ? "ok"
+                                                                      : "WRONG"; }}};
 }
 
 // Runs f, which writes the report to `out`; any failure to write it is an I/O error
@@ -58,11 +61,11 @@ auto writing_report(const std::string& out, F&& f) {
 // once; refused when it is a directory or one of the inputs.
 std::optional<AtomicFile> open_report(const std::string& out, const std::vector<std::string>& inputs) {
   if (out.empty() || out == "-") return std::nullopt;
-  struct stat st{};
+  struct stat st {};
   if (::stat(out.c_str(), &st) == 0) {
     if (S_ISDIR(st.st_mode)) throw Error(Exit::IoErr, "cannot write the report to " + out + ": it is a directory");
     for (const auto& in : inputs) {
-      struct stat is{};
+      struct stat is {};
       if (in != "-" && ::stat(in.c_str(), &is) == 0 && is.st_dev == st.st_dev && is.st_ino == st.st_ino)
         usage_error("--html " + out + " is also a results file to read");
     }
@@ -94,22 +97,30 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--warmup", warmup, "Untimed runs first (default 1)")->type_name("N");
   run_cmd->add_option("--threads", opt.threads, "Threads for CPU suites (default: all cores)")->type_name("N");
   run_cmd->add_option("--dir", opt.dir, "Directory for I/O suites (default: $TMPDIR or /tmp)")->type_name("DIR");
-  run_cmd->add_option("--ranks", opt.ranks, "Processes for communication suites (default 2, at most 64)")->type_name("N");
-  run_cmd->add_option("-o,--output", output, "Also write the records to FILE (JSON Lines, atomically)")->type_name("FILE");
+  run_cmd->add_option("--ranks", opt.ranks, "Processes for communication suites (default 2, at most 64)")
+      ->type_name("N");
+  run_cmd->add_option("-o,--output", output, "Also write the records to FILE (JSON Lines, atomically)")
+      ->type_name("FILE");
 
-  auto* compare_cmd = tool.add_subcommand("compare", "Compare two result files metric by metric; exit 1 on a real regression");
+  auto* compare_cmd =
+      tool.add_subcommand("compare", "Compare two result files metric by metric; exit 1 on a real regression");
   std::string base_file, new_file;
   double fail_below = 0.95;
-  compare_cmd->add_option("base", base_file, "Earlier results (JSON Lines; - for stdin)")->required()->type_name("BASE_FILE");
+  compare_cmd->add_option("base", base_file, "Earlier results (JSON Lines; - for stdin)")
+      ->required()
+      ->type_name("BASE_FILE");
   compare_cmd->add_option("new", new_file, "Later results (JSON Lines)")->required()->type_name("NEW_FILE");
-  compare_cmd->add_option("--fail-below", fail_below, "A ratio under this (default 0.95) is a regression when it is real")
+  compare_cmd
+      ->add_option("--fail-below", fail_below, "A ratio under this (default 0.95) is a regression when it is real")
       ->type_name("RATIO");
 
-  auto* report_cmd = tool.add_subcommand("report", "Draw result files as one self-contained HTML page, or print their table");
+  auto* report_cmd =
+      tool.add_subcommand("report", "Draw result files as one self-contained HTML page, or print their table");
   std::vector<std::string> report_files;
   std::string html_out;
   report_cmd->add_option("file", report_files, "Results (JSON Lines; - for stdin)")->required()->type_name("FILE");
-  report_cmd->add_option("--html", html_out, "Write the HTML page to OUT (atomically; - for stdout) instead of the table")
+  report_cmd
+      ->add_option("--html", html_out, "Write the HTML page to OUT (atomically; - for stdout) instead of the table")
       ->type_name("OUT");
 
   int rc = tool.run(argc, argv, [&]() -> int {
@@ -142,9 +153,15 @@ int main(int argc, char** argv) {
         throw Error(Exit::DataErr, fmt::format("{} and {} have no measurement in common", base_file, new_file),
                     "compare runs of the same suites and sizes (--quick runs use other sizes)");
       Printer out(std::cout, common.format(),
-                  {{"SUITE", "suite"}, {"METRIC", "metric"}, {"PARAMS", "params", params_cell},
-                   {"BASE", "base_median", cell_number}, {"NEW", "new_median", cell_number}, {"UNIT", "unit"},
-                   {"RATIO", "ratio", cell_number}, {"P", "p_value", cell_number}, {"VERDICT", "verdict"}});
+                  {{"SUITE", "suite"},
+                   {"METRIC", "metric"},
+                   {"PARAMS", "params", params_cell},
+                   {"BASE", "base_median", cell_number},
+                   {"NEW", "new_median", cell_number},
+                   {"UNIT", "unit"},
+                   {"RATIO", "ratio", cell_number},
+                   {"P", "p_value", cell_number},
+                   {"VERDICT", "verdict"}});
       bool regressed = false;
       for (const auto& c : rows) {
         out.print(c.to_json());
@@ -185,7 +202,8 @@ int main(int argc, char** argv) {
     opt.reps = reps > 0 ? reps : opt.quick ? 3 : 5;
     opt.warmup = warmup >= 0 ? warmup : 1;
     const unsigned cores = usable_cpus();
-    if (opt.threads > 4 * cores) usage_error(fmt::format("--threads {} is more than 4x the {} usable cores", opt.threads, cores));
+    if (opt.threads > 4 * cores)
+      usage_error(fmt::format("--threads {} is more than 4x the {} usable cores", opt.threads, cores));
     if (opt.threads == 0) opt.threads = cores;
     // Only comm.gloo reads --ranks, and one rank moves nothing.
     if (opt.ranks < 2 || opt.ranks > 64) usage_error(fmt::format("--ranks {} is not from 2 to 64", opt.ranks));
@@ -195,21 +213,24 @@ int main(int argc, char** argv) {
     std::vector<Suite*> runnable;
     for (Suite* s : select_suites(names)) {
       std::string why = s->unavailable();
-      if (why.empty()) runnable.push_back(s);
-      else unavailable(*s, why);
+      if (why.empty())
+        runnable.push_back(s);
+      else
+        unavailable(*s, why);
     }
-    if (runnable.empty()) throw Error(Exit::Unavailable, "none of the suites asked for can run here", "rbench list says why");
+    if (runnable.empty())
+      throw Error(Exit::Unavailable, "none of the suites asked for can run here", "rbench list says why");
     for (Suite* s : runnable) s->check_options(opt);  // a bad option or variable before anything runs
     // A bad --dir is found before minutes of other suites, not after them.
     if (!opt.dir.empty()) {
-      struct stat st{};
+      struct stat st {};
       if (::stat(opt.dir.c_str(), &st) != 0) throw system_error("--dir " + opt.dir, errno);
       if (!S_ISDIR(st.st_mode)) throw Error(Exit::NoInput, "--dir " + opt.dir + ": not a directory");
       if (::access(opt.dir.c_str(), W_OK) != 0) throw system_error("--dir " + opt.dir, errno);
     }
     std::optional<AtomicFile> file;
     if (!output.empty()) {
-      struct stat st{};
+      struct stat st {};
       if (::stat(output.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
         throw Error(Exit::IoErr, "cannot write results to " + output + ": it is a directory");
       file.emplace(output);

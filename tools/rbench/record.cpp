@@ -62,15 +62,16 @@ Json host_fingerprint() {
   gethostname(host, sizeof host - 1);
   long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   auto [gpus, driver] = gpus_and_driver();
-  return Json{{"hostname", host},
-              {"cpu_model", cpu_model()},
-              {"cores", physical_cores()},
-              {"hw_threads", usable_cpus()},
-              {"memory_bytes", pages > 0 && page > 0 ? Json(std::uint64_t(pages) * std::uint64_t(page)) : Json(nullptr)},
-              {"kernel", std::string(u.sysname) + " " + u.release},
-              {"gpus", gpus},
-              {"gpu_driver", driver},
-              {"rkit_version", std::string(kVersion) + " (git " + kGitRevision + ")"}};
+  return Json{
+      {"hostname", host},
+      {"cpu_model", cpu_model()},
+      {"cores", physical_cores()},
+      {"hw_threads", usable_cpus()},
+      {"memory_bytes", pages > 0 && page > 0 ? Json(std::uint64_t(pages) * std::uint64_t(page)) : Json(nullptr)},
+      {"kernel", std::string(u.sysname) + " " + u.release},
+      {"gpus", gpus},
+      {"gpu_driver", driver},
+      {"rkit_version", std::string(kVersion) + " (git " + kGitRevision + ")"}};
 }
 
 bool higher_is_better(const std::string& unit) { return unit != "s" && unit != "ms" && unit != "us" && unit != "ns"; }
@@ -114,7 +115,8 @@ std::vector<Json> read_bench_records(const std::string& path) {
       if (!field(rec, key, where).is_string()) throw Error(Exit::DataErr, where + ": '" + key + "' must be a string");
     if (!field(rec, "median", where).is_number()) throw Error(Exit::DataErr, where + ": 'median' must be a number");
     const Json& samples = field(rec, "samples", where);
-    if (!samples.is_array() || samples.empty()) throw Error(Exit::DataErr, where + ": 'samples' must be a non-empty array");
+    if (!samples.is_array() || samples.empty())
+      throw Error(Exit::DataErr, where + ": 'samples' must be a non-empty array");
     for (const auto& x : samples)
       if (!x.is_number()) throw Error(Exit::DataErr, where + ": 'samples' must hold numbers");
     out.push_back(rec);

@@ -84,7 +84,8 @@ class Page {
     h += html_page_start("rbench report: " + join(host_names(), ", "), kStyle);
     h += "<h1>rbench report</h1>\n" + summary();
     h += "<nav><a href=\"#suites\">Results by suite</a><a href=\"#roofline\">Roofline</a>"
-         "<a href=\"#collectives\">Collectives</a><a href=\"#results\">All results</a><a href=\"#hosts\">Hosts</a></nav>\n";
+         "<a href=\"#collectives\">Collectives</a><a href=\"#results\">All results</a><a "
+         "href=\"#hosts\">Hosts</a></nav>\n";
     h += "<section id=\"suites\">\n<h2>Results by suite</h2>\n";
     h += "<p><span class=\"key\" style=\"background:#4e79a7\"></span>bars: the median of the timed repetitions, "
          "with whiskers from the minimum to the maximum; <span class=\"key dashed\"></span>the hardware's peak, where "
@@ -132,11 +133,13 @@ class Page {
         t0 = t0 == 0 ? *t : std::min(t0, *t);
         t1 = std::max(t1, *t);
       }
-    if (t0 > 0) s += " Measured " + (utc_time(t0) == utc_time(t1) ? utc_time(t0) : utc_time(t0) + " to " + utc_time(t1)) + ".";
+    if (t0 > 0)
+      s += " Measured " + (utc_time(t0) == utc_time(t1) ? utc_time(t0) : utc_time(t0) + " to " + utc_time(t1)) + ".";
     std::string out = "<p class=\"lead\">" + esc(s) + "</p>\n";
     if (wrong > 0)
-      out += "<p class=\"note\"><strong>" + esc(fmt::format("{} result{} failed {} own check", wrong, wrong == 1 ? "" : "s",
-                                                              wrong == 1 ? "its" : "their")) +
+      out += "<p class=\"note\"><strong>" +
+             esc(fmt::format("{} result{} failed {} own check", wrong, wrong == 1 ? "" : "s",
+                             wrong == 1 ? "its" : "their")) +
              "</strong>: shown in red; fast and wrong is not fast.</p>\n";
     return out;
   }
@@ -149,7 +152,9 @@ class Page {
   // A host suffix for titles when the records come from more than one machine.
   std::string on_host(const std::string& host) const { return many_hosts_ ? " on " + host : ""; }
 
-  std::string source_label(const Result& r) const { return files_.size() > 1 ? " [" + base_name(files_[r.file].name) + "]" : ""; }
+  std::string source_label(const Result& r) const {
+    return files_.size() > 1 ? " [" + base_name(files_[r.file].name) + "]" : "";
+  }
 
   // One bar chart per suite and unit, in the order the suites first appear.
   std::string suite_charts() {
@@ -192,7 +197,8 @@ class Page {
   // Collective suites measure many sizes: their bars show each collective at its
   // largest message, where bandwidth matters; the line chart has every size. One bar
   // per file and host too, so that two runs of one collective stand side by side.
-  static std::vector<const Result*> largest_messages(const std::vector<const Result*>& rows, std::string& caption_extra) {
+  static std::vector<const Result*> largest_messages(const std::vector<const Result*>& rows,
+                                                     std::string& caption_extra) {
     auto keys = label_keys(rows, {"bytes"}, true);
     std::map<std::string, const Result*> best;
     std::vector<std::string> order;
@@ -204,8 +210,10 @@ class Page {
       }
       std::string key = fmt::format("{}\n{}\n{} {}", r->file, r->host, r->metric, params_text(r->params(), keys));
       auto [it, fresh] = best.try_emplace(key, r);
-      if (fresh) order.push_back(key);
-      else if (*bytes_param(*r) > *bytes_param(*it->second)) it->second = r;
+      if (fresh)
+        order.push_back(key);
+      else if (*bytes_param(*r) > *bytes_param(*it->second))
+        it->second = r;
     }
     if (order.empty()) return rows;
     for (const auto& k : order) out.push_back(best[k]);
@@ -229,8 +237,9 @@ class Page {
       }
     }
     if (prefixes.empty()) {
-      note(html, "No roofline: it needs a memory bandwidth suite (cpu.stream or gpu.stream) and a matrix multiply "
-                 "suite (cpu.gemm or gpu.gemm) in the results, and these have neither.");
+      note(html,
+           "No roofline: it needs a memory bandwidth suite (cpu.stream or gpu.stream) and a matrix multiply "
+           "suite (cpu.gemm or gpu.gemm) in the results, and these have neither.");
       return html;
     }
     for (const auto& prefix : prefixes) {
@@ -314,9 +323,12 @@ class Page {
     std::vector<Roof> roofs;
     for (const auto& metric : peak_order) {
       const double peak = peaks[metric];
-      auto same = std::find_if(roofs.begin(), roofs.end(), [&](const Roof& r) { return std::fabs(r.gflops / peak - 1) < 0.005; });
-      if (same == roofs.end()) roofs.push_back({peak, metric, false});
-      else same->names += ", " + metric;
+      auto same = std::find_if(roofs.begin(), roofs.end(),
+                               [&](const Roof& r) { return std::fabs(r.gflops / peak - 1) < 0.005; });
+      if (same == roofs.end())
+        roofs.push_back({peak, metric, false});
+      else
+        same->names += ", " + metric;
     }
     if (roofs.empty()) {
       auto top = std::max_element(best.begin(), best.end(), [](auto& a, auto& b) { return a.second < b.second; });
@@ -333,8 +345,8 @@ class Page {
     html += figure(caption, params, roofline_chart(name, bandwidth, bandwidth_label, roofs, points, series));
     ++report_.charts;
     if (unplaced > 0)
-      note(html, fmt::format("{}: {} result{} of {} not drawn as points (no m, n, k or element size).",
-                             name, unplaced, unplaced == 1 ? "" : "s", gemm));
+      note(html, fmt::format("{}: {} result{} of {} not drawn as points (no m, n, k or element size).", name, unplaced,
+                             unplaced == 1 ? "" : "s", gemm));
   }
 
   std::string collectives() {
@@ -351,13 +363,16 @@ class Page {
           if (r.suite != suite || r.host != host) continue;
           on_this_host = true;
           auto gb = to_giga(r.median, r.unit, "B");
-          if (bytes_param(r) && gb && std::isfinite(*gb) && *gb >= 0) rows.push_back(&r);
-          else ++skipped;
+          if (bytes_param(r) && gb && std::isfinite(*gb) && *gb >= 0)
+            rows.push_back(&r);
+          else
+            ++skipped;
         }
         if (!on_this_host) continue;
         std::string name = suite + on_host(host);
         if (rows.empty()) {
-          note(html, fmt::format("No chart for {}: none of its results has params.bytes and a bandwidth unit (GB/s).", name));
+          note(html,
+               fmt::format("No chart for {}: none of its results has params.bytes and a bandwidth unit (GB/s).", name));
           continue;
         }
         auto keys = label_keys(rows, {"bytes"}, true);
@@ -367,13 +382,16 @@ class Page {
           if (auto p = params_text(r->params(), keys); !p.empty()) label += " " + p;
           label += source_label(*r);
           auto it = std::find_if(series.begin(), series.end(), [&](const Series& s) { return s.label == label; });
-          if (it == series.end()) series.push_back({label, {r}});
-          else it->rows.push_back(r);
+          if (it == series.end())
+            series.push_back({label, {r}});
+          else
+            it->rows.push_back(r);
         }
         for (auto& s : series)
           std::stable_sort(s.rows.begin(), s.rows.end(),
                            [](const Result* a, const Result* b) { return *bytes_param(*a) < *bytes_param(*b); });
-        std::string caption = "<strong>" + esc(name) + "</strong> \u2014 GB/s against message size, one line per metric";
+        std::string caption =
+            "<strong>" + esc(name) + "</strong> \u2014 GB/s against message size, one line per metric";
         html += figure(caption, common_params_text(rows), collective_chart(name, series, files_));
         ++report_.charts;
         if (skipped > 0)
@@ -382,30 +400,32 @@ class Page {
       }
     }
     if (!any)
-      note(html, "No collective results: bandwidth against message size is drawn for the suites comm.* and gpu.nccl, "
-                 "and these results have none.");
+      note(html,
+           "No collective results: bandwidth against message size is drawn for the suites comm.* and gpu.nccl, "
+           "and these results have none.");
     return html;
   }
 
   std::string results_table() const {
     const bool sources = files_.size() > 1;
-    std::vector<HtmlColumn> columns = {{"Suite"},       {"Metric"}, {"Params", "params"}, {"Median", "num"},
-                                       {"Min", "num"}, {"Max", "num"}, {"Unit"},          {"CV", "num"},
-                                       {"Peak", "num"}, {"Check"}};
+    std::vector<HtmlColumn> columns = {
+        {"Suite"},      {"Metric"}, {"Params", "params"}, {"Median", "num"}, {"Min", "num"},
+        {"Max", "num"}, {"Unit"},   {"CV", "num"},        {"Peak", "num"},   {"Check"}};
     if (sources) columns.push_back({"File"});
     if (many_hosts_) columns.push_back({"Host"});
     HtmlTable table(std::move(columns));
     for (const auto& r : results_) {
-      std::vector<HtmlCell> cells = {r.suite,
-                                     HtmlCell::markup(breakable(esc(r.metric))),
-                                     HtmlCell::markup(params_html(r.params())),
-                                     num(r.median),
-                                     num(r.min),
-                                     num(r.max),
-                                     r.unit,
-                                     r.cv ? percent(*r.cv, 1) : "-",
-                                     {r.peak_fraction ? percent(*r.peak_fraction, 0) : "-", text(*r.rec, "peak_source")},
-                                     {r.correct ? "ok" : "WRONG", text(*r.rec, "check")}};
+      std::vector<HtmlCell> cells = {
+          r.suite,
+          HtmlCell::markup(breakable(esc(r.metric))),
+          HtmlCell::markup(params_html(r.params())),
+          num(r.median),
+          num(r.min),
+          num(r.max),
+          r.unit,
+          r.cv ? percent(*r.cv, 1) : "-",
+          {r.peak_fraction ? percent(*r.peak_fraction, 0) : "-", text(*r.rec, "peak_source")},
+          {r.correct ? "ok" : "WRONG", text(*r.rec, "check")}};
       if (sources) cells.emplace_back(base_name(files_[r.file].name), files_[r.file].name);
       if (many_hosts_) cells.emplace_back(r.host);
       table.row(cells, r.correct ? "" : "wrong");
@@ -428,8 +448,16 @@ class Page {
         ++counts[static_cast<std::size_t>(it - hosts.begin())];
       }
     }
-    HtmlTable table({{"Host"}, {"CPU"}, {"Cores", "num"}, {"HW threads", "num"}, {"Memory", "num"}, {"Kernel"},
-                     {"GPUs"}, {"GPU driver"}, {"rkit"}, {"Results"}});
+    HtmlTable table({{"Host"},
+                     {"CPU"},
+                     {"Cores", "num"},
+                     {"HW threads", "num"},
+                     {"Memory", "num"},
+                     {"Kernel"},
+                     {"GPUs"},
+                     {"GPU driver"},
+                     {"rkit"},
+                     {"Results"}});
     for (std::size_t i = 0; i < hosts.size(); ++i) {
       const Json& host = *hosts[i].first;
       auto cell = [&](const char* key) {

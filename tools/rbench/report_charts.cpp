@@ -111,9 +111,8 @@ std::string roofline_chart(const std::string& title, double bandwidth, const std
                            const std::vector<Roof>& roofs, const std::vector<RoofPoint>& points,
                            const std::vector<std::string>& series) {
   constexpr double kLeft = 74, kRight = 24, kTop = 16, kBottom = 52, kHeight = 480;
-  const double top_roof = std::max_element(roofs.begin(), roofs.end(), [](auto& a, auto& b) {
-                            return a.gflops < b.gflops;
-                          })->gflops;
+  const double top_roof =
+      std::max_element(roofs.begin(), roofs.end(), [](auto& a, auto& b) { return a.gflops < b.gflops; })->gflops;
   const bool tera = top_roof >= 1e4;
   const double scale = tera ? 1e-3 : 1;  // GFLOP/s → the unit drawn
   const char* unit = tera ? "TFLOP/s" : "GFLOP/s";
@@ -246,7 +245,8 @@ std::string collective_chart(const std::string& title, const std::vector<Series>
     svg.text(kLeft - 6, ys(t) + 4, si(t), "end");
   }
   // Powers of two, at most about ten labelled.
-  const int e0 = static_cast<int>(std::ceil(std::log2(blo) - 1e-9)), e1 = static_cast<int>(std::floor(std::log2(bhi) + 1e-9));
+  const int e0 = static_cast<int>(std::ceil(std::log2(blo) - 1e-9)),
+            e1 = static_cast<int>(std::floor(std::log2(bhi) + 1e-9));
   const int step = std::max(1, (e1 - e0 + 9) / 10);
   for (int e = e0; e <= e1; ++e) {
     const double b = std::ldexp(1.0, e);
@@ -263,7 +263,8 @@ std::string collective_chart(const std::string& title, const std::vector<Series>
   for (std::size_t i = 0; i < series.size(); ++i) {
     const char* colour = kPalette[i % kPaletteSize];
     std::vector<std::pair<double, double>> pts;
-    for (const Result* r : series[i].rows) pts.emplace_back(xs(*bytes_param(*r)), ys(*to_giga(r->median, r->unit, "B")));
+    for (const Result* r : series[i].rows)
+      pts.emplace_back(xs(*bytes_param(*r)), ys(*to_giga(r->median, r->unit, "B")));
     if (pts.size() > 1) svg.polyline(pts, colour, 2.2);
     for (std::size_t j = 0; j < pts.size(); ++j) {
       const Result& r = *series[i].rows[j];

@@ -23,7 +23,8 @@ const Json& empty_object() {
 }
 
 bool is_list(const Json& v) {
-  return v.is_array() && !v.empty() && std::none_of(v.begin(), v.end(), [](const Json& x) { return x.is_structured(); });
+  return v.is_array() && !v.empty() &&
+         std::none_of(v.begin(), v.end(), [](const Json& x) { return x.is_structured(); });
 }
 
 std::string all_params_text(const Json& params) {
@@ -106,8 +107,8 @@ Result make_result(const Json& rec, std::size_t file) {
 std::optional<double> to_giga(double value, const std::string& unit, const std::string& kind) {
   static const std::map<std::string, double> kPrefix = {{"", 1e-9}, {"k", 1e-6}, {"K", 1e-6}, {"M", 1e-3},
                                                         {"G", 1},   {"T", 1e3},  {"P", 1e6}};
-  static const std::map<std::string, double> kBinary = {{"Ki", 1024e-9}, {"Mi", 1048576e-9}, {"Gi", 1.073741824},
-                                                        {"Ti", 1099.511627776}};
+  static const std::map<std::string, double> kBinary = {
+      {"Ki", 1024e-9}, {"Mi", 1048576e-9}, {"Gi", 1.073741824}, {"Ti", 1099.511627776}};
   const std::string tail = kind + "/s";
   if (unit.size() < tail.size() || unit.compare(unit.size() - tail.size(), tail.size(), tail) != 0) return std::nullopt;
   std::string prefix = unit.substr(0, unit.size() - tail.size());
@@ -153,7 +154,8 @@ std::vector<std::string> label_keys(const std::vector<const Result*>& rows, cons
   };
   std::vector<std::string> kept;
   for (const auto& k : out)
-    if (std::none_of(kept.begin(), kept.end(), [&](const std::string& by) { return restates(k, by); })) kept.push_back(k);
+    if (std::none_of(kept.begin(), kept.end(), [&](const std::string& by) { return restates(k, by); }))
+      kept.push_back(k);
   return kept;
 }
 
@@ -173,8 +175,9 @@ std::string params_html(const Json& params) {
   std::string out;
   for (auto& [k, v] : params.items()) {
     const std::string kv = k + "=" + param_text(k, v);
-    out += (out.empty() ? "" : " ") + std::string(kv.find(' ') == std::string::npos ? "<span class=\"kv\">" : "<span>") +
-           html_escape(kv) + "</span>";
+    out += (out.empty() ? "" : " ") +
+           std::string(kv.find(' ') == std::string::npos ? "<span class=\"kv\">" : "<span>") + html_escape(kv) +
+           "</span>";
   }
   return out;
 }
@@ -229,9 +232,9 @@ std::optional<double> gemm_intensity(const Json& record) {
     // The metric's name, else params.dtype. 4-byte names last: "float" is in "float16".
     std::string names = lower(text(record, "metric")) + " " + lower(text(params, "dtype"));
     static const std::pair<const char*, double> kSizes[] = {
-        {"dgemm", 8}, {"fp64", 8},  {"f64", 8},  {"double", 8}, {"hgemm", 2}, {"bf16", 2},  {"fp16", 2}, {"float16", 2},
-        {"f16", 2},   {"half", 2},  {"fp8", 1},  {"e4m3", 1},   {"e5m2", 1},  {"int8", 1},  {"i8", 1},
-        {"sgemm", 4}, {"tf32", 4},  {"fp32", 4}, {"f32", 4},    {"float", 4}};
+        {"dgemm", 8},   {"fp64", 8},  {"f64", 8},  {"double", 8}, {"hgemm", 2}, {"bf16", 2}, {"fp16", 2},
+        {"float16", 2}, {"f16", 2},   {"half", 2}, {"fp8", 1},    {"e4m3", 1},  {"e5m2", 1}, {"int8", 1},
+        {"i8", 1},      {"sgemm", 4}, {"tf32", 4}, {"fp32", 4},   {"f32", 4},   {"float", 4}};
     for (auto [name, bytes] : kSizes)
       if (names.find(name) != std::string::npos) {
         ab = bytes;

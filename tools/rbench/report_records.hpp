@@ -50,9 +50,9 @@ struct Result {
   const Json* rec = nullptr;
   std::size_t file = 0;  // index in the files the report is made of
   std::string suite, metric, unit, host;
-  double median = 0, min = 0, max = 0;  // min <= median <= max
+  double median = 0, min = 0, max = 0;            // min <= median <= max
   std::optional<double> cv, peak, peak_fraction;  // peak > 0 when there
-  bool correct = true;  // false only when the record says "correct": false
+  bool correct = true;                            // false only when the record says "correct": false
   const Json& params() const { return object(*rec, "params"); }
 };
 

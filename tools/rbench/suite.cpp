@@ -47,7 +47,8 @@ std::vector<Suite*> by_name(const std::vector<std::unique_ptr<Suite>>& all) {
 
 // Whether a SUITE argument selects the suite called `suite`: its name, or a prefix before a dot.
 bool selects(std::string_view name, std::string_view suite) {
-  return suite == name || (suite.size() > name.size() && suite.substr(0, name.size()) == name && suite[name.size()] == '.');
+  return suite == name ||
+         (suite.size() > name.size() && suite.substr(0, name.size()) == name && suite[name.size()] == '.');
 }
 
 }  // namespace
@@ -112,14 +113,13 @@ std::size_t run_suites(const std::vector<Suite*>& chosen, const RunOptions& opt,
   return finished;
 }
 
-int Suite::worker(const std::vector<std::string>&) {
-  throw Error(Exit::Usage, name() + " starts no worker processes");
-}
+int Suite::worker(const std::vector<std::string>&) { throw Error(Exit::Usage, name() + " starts no worker processes"); }
 
 int run_worker(int argc, char** argv) {
   try {
     Suite* suite = argc > 0 ? find_suite(argv[0]) : nullptr;
-    if (!suite) throw Error(Exit::Usage, std::string(kWorkerCommand) + ": no such suite: " + (argc > 0 ? argv[0] : "(none)"));
+    if (!suite)
+      throw Error(Exit::Usage, std::string(kWorkerCommand) + ": no such suite: " + (argc > 0 ? argv[0] : "(none)"));
     return suite->worker(std::vector<std::string>(argv + 1, argv + argc));
   } catch (const std::exception& e) {
     return report_error("rbench", e, std::cerr);

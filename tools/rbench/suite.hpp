@@ -108,11 +108,11 @@ std::size_t run_suites(const std::vector<Suite*>& chosen, const RunOptions& opt,
 struct Registrar {
   explicit Registrar(std::unique_ptr<Suite> suite);
 };
-#define RKIT_BENCH_SUITE(Type) static const ::rkit::rbench::Registrar rkit_bench_registrar_##Type{std::make_unique<Type>()}
+#define RKIT_BENCH_SUITE(Type) \
+  static const ::rkit::rbench::Registrar rkit_bench_registrar_##Type { std::make_unique<Type>() }
 
 // Runs f() warmup times untimed, then reps times, and returns each timed run's
 // wall-clock seconds (steady clock). Throws Error(TempFail) when interrupted (Ctrl-C).
 std::vector<double> time_repetitions(int warmup, int reps, const std::function<void()>& f);
-
 
 }  // namespace rkit::rbench

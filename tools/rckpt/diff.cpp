@@ -59,7 +59,8 @@ class RangeReader {
     const auto& frames = a_.manifest().frames;
     auto first = frames.begin() + static_cast<std::ptrdiff_t>(f.first_frame);
     auto last = first + static_cast<std::ptrdiff_t>(f.frame_count);
-    auto it = std::upper_bound(first, last, offset, [](std::uint64_t o, const FrameRecord& fr) { return o < fr.raw_offset; });
+    auto it =
+        std::upper_bound(first, last, offset, [](std::uint64_t o, const FrameRecord& fr) { return o < fr.raw_offset; });
     return static_cast<std::size_t>(it - frames.begin()) - 1;
   }
   const Archive& a_;
@@ -91,8 +92,10 @@ bool same_frames(const RangeReader& ra, const Range& a, const RangeReader& rb, c
 void compare(RangeReader& ra, const Range& a, RangeReader& rb, const Range& b, TensorDiff& row) {
   if (a.dtype != b.dtype || a.shape != b.shape || a.bytes != b.bytes) {
     row.status = "changed";
-    if (a.dtype != b.dtype) row.note = fmt::format("dtype {} -> {}", a.dtype, b.dtype);
-    else row.note = fmt::format("shape [{}] -> [{}]", fmt::join(a.shape, ","), fmt::join(b.shape, ","));
+    if (a.dtype != b.dtype)
+      row.note = fmt::format("dtype {} -> {}", a.dtype, b.dtype);
+    else
+      row.note = fmt::format("shape [{}] -> [{}]", fmt::join(a.shape, ","), fmt::join(b.shape, ","));
     return;
   }
   if (same_frames(ra, a, rb, b)) {

@@ -22,7 +22,7 @@ struct TensorDiff {
   std::string tensor;  // empty: the file as a whole
   std::string status;  // "same", "changed", "added", "removed"
   std::optional<double> max_abs, rel_l2;
-  std::string note;    // e.g. "dtype F32 -> BF16"
+  std::string note;      // e.g. "dtype F32 -> BF16"
   Json to_json() const;  // rkit.ckpt.diff.v1
 };
 

@@ -1,8 +1,8 @@
 #include "gc.hpp"
 
 #include <dirent.h>
-#include <fmt/format.h>
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -13,8 +13,8 @@
 #include <map>
 #include <set>
 
-#include "rkit/ckpt/archive.hpp"
 #include "rkit/atomic_file.hpp"
+#include "rkit/ckpt/archive.hpp"
 #include "rkit/error.hpp"
 #include "rkit/file.hpp"
 
@@ -73,7 +73,7 @@ std::vector<GcAction> gc_checkpoints(const std::string& dir, std::size_t keep_la
   std::vector<GcAction> actions;
   for (const auto& name : names) {
     std::string path = dir + "/" + name;
-    struct stat st{};
+    struct stat st {};
     if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
     if (is_atomic_temp_name(name) && name.find(".rkpt.tmp.") != std::string::npos) {
       if (dry_run ? remove_if_abandoned_dry(path) : remove_if_abandoned(path))

@@ -1,18 +1,18 @@
 // rckpt: fast, verifiable, seekable checkpoint archives.
 #include <unistd.h>
 
-#include <csignal>
 #include <fmt/format.h>
+#include <csignal>
 
 #include <iostream>
 #include <map>
 
-#include "rkit/ckpt/archive.hpp"
 #include "diff.hpp"
-#include "rkit/ckpt/extract.hpp"
 #include "gc.hpp"
 #include "pack.hpp"
 #include "render.hpp"
+#include "rkit/ckpt/archive.hpp"
+#include "rkit/ckpt/extract.hpp"
 #include "rkit/cli.hpp"
 #include "rkit/error.hpp"
 #include "rkit/interrupt.hpp"
@@ -40,7 +40,8 @@ int main(int argc, char** argv) {
   // A file-size limit (ulimit -f) must be a write error (74), not a kill.
   std::signal(SIGXFSZ, SIG_IGN);
   InterruptGuard interrupts;
-  Tool tool("rckpt", "Pack checkpoints into fast, verifiable, seekable archives; unpack, inspect, compare and prune them");
+  Tool tool("rckpt",
+            "Pack checkpoints into fast, verifiable, seekable archives; unpack, inspect, compare and prune them");
 
   auto* pack_cmd = tool.add_subcommand("pack", "Pack a checkpoint directory into an archive");
   PackOptions pack;
@@ -52,9 +53,11 @@ int main(int argc, char** argv) {
   pack_cmd->add_option("--threads", threads, "Compression threads (default: all cores)")->type_name("N");
   pack_cmd->add_option("--level", pack.level, "zstd level, 1 (fast) to 19 (default 1)")->type_name("L");
   pack_cmd->add_option("--frame-size", frame_size, "Input bytes per frame, 64K to 64M (default 8M)")->type_name("SIZE");
-  pack_cmd->add_flag("--no-shuffle", [&](std::int64_t) { pack.shuffle = false; },
-                     "Do not byte-shuffle tensor data before compression");
-  pack_cmd->add_option("--base", base, "Reuse identical frames of this earlier archive (incremental)")->type_name("FILE");
+  pack_cmd->add_flag(
+      "--no-shuffle", [&](std::int64_t) { pack.shuffle = false; },
+      "Do not byte-shuffle tensor data before compression");
+  pack_cmd->add_option("--base", base, "Reuse identical frames of this earlier archive (incremental)")
+      ->type_name("FILE");
   pack_cmd->add_flag("-L,--dereference", pack.dereference,
                      "Store the files and directories symlinks point at, not the links (e.g. a Hugging Face snapshot)");
 
@@ -108,7 +111,8 @@ int main(int argc, char** argv) {
     Format format = opts.format();
     bool progress = !opts.quiet;
     if (*pack_cmd) {
-      if (pack.output == "-" && format != Format::Table) usage_error("--json and --csv need -o FILE: stdout holds the archive");
+      if (pack.output == "-" && format != Format::Table)
+        usage_error("--json and --csv need -o FILE: stdout holds the archive");
       if (!frame_size.empty()) pack.frame_bytes = parse_size(frame_size);
       if (pack_cmd->count("--base")) pack.base = base;
       pack.threads = threads;
@@ -124,14 +128,16 @@ int main(int argc, char** argv) {
       unpack.threads = threads;
       unpack.progress = progress;
       UnpackResult r = unpack_checkpoint(unpack);
-      if (!opts.quiet || format != Format::Table) print_one(format, r.to_json(), unpack_columns(), unpack_line(r), std::cout);
+      if (!opts.quiet || format != Format::Table)
+        print_one(format, r.to_json(), unpack_columns(), unpack_line(r), std::cout);
       return 0;
     }
     if (*verify_cmd) {
       VerifyReport r = verify_checkpoint(archive, threads, progress);
       if (format == Format::Table)
         for (const auto& p : r.problems) std::cout << "corrupt: " << p.message << '\n';
-      if (!opts.quiet || format != Format::Table) print_one(format, r.to_json(), verify_columns(), verify_line(r), std::cout);
+      if (!opts.quiet || format != Format::Table)
+        print_one(format, r.to_json(), verify_columns(), verify_line(r), std::cout);
       return r.ok() ? 0 : 1;
     }
     if (*cat_cmd) {
@@ -143,7 +149,8 @@ int main(int argc, char** argv) {
       const Manifest& m = a.manifest();
       Printer out(std::cout, format, list_tensors ? tensor_columns() : ls_columns());
       for (const auto& f : m.files) {
-        if (!list_tensors) out.print(file_json(archive, m, f));
+        if (!list_tensors)
+          out.print(file_json(archive, m, f));
         else
           for (const auto& t : f.tensors) out.print(tensor_json(archive, f, t));
       }

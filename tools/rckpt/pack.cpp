@@ -20,14 +20,14 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "rkit/atomic_file.hpp"
 #include "rkit/ckpt/archive.hpp"
 #include "rkit/ckpt/frame_codec.hpp"
-#include "rkit/parallel.hpp"
-#include "rkit/atomic_file.hpp"
 #include "rkit/cpus.hpp"
 #include "rkit/error.hpp"
 #include "rkit/file.hpp"
 #include "rkit/interrupt.hpp"
+#include "rkit/parallel.hpp"
 #include "rkit/progress.hpp"
 #include "rkit/safetensors.hpp"
 #include "rkit/units.hpp"
@@ -86,7 +86,7 @@ void walk(const std::string& root, const std::string& rel, const std::vector<Ide
   for (const auto& name : names) {
     std::string path = rel.empty() ? name : rel + "/" + name;
     std::string full = root + "/" + path;
-    struct stat st{};
+    struct stat st {};
     if (::lstat(full.c_str(), &st) != 0) throw system_error("stat " + full, errno);
     if (opt.dereference && S_ISLNK(st.st_mode) && ::stat(full.c_str(), &st) != 0) {
       opt.warn(full + ": a symlink to nothing (" + std::strerror(errno) + "); skipped");
@@ -267,7 +267,7 @@ class Output {
   // The file being written (the temporary, or stdout redirected to a file), so that
   // a pack into the directory it reads does not pack itself.
   std::optional<Identity> identity() const {
-    struct stat st{};
+    struct stat st {};
     if (::fstat(file_ ? file_->fd() : STDOUT_FILENO, &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
     return Identity{st.st_dev, st.st_ino};
   }
@@ -352,7 +352,8 @@ Json PackResult::to_json() const {
   j["base_frames"] = base_frames;
   j["raw_bytes"] = raw_bytes;
   j["archive_bytes"] = written_bytes;
-  j["ratio"] = written_bytes ? Json(static_cast<double>(raw_bytes) / static_cast<double>(written_bytes)) : Json(nullptr);
+  j["ratio"] =
+      written_bytes ? Json(static_cast<double>(raw_bytes) / static_cast<double>(written_bytes)) : Json(nullptr);
   j["time_s"] = seconds;
   j["bytes_per_s"] = seconds > 0 ? Json(static_cast<double>(raw_bytes) / seconds) : Json(nullptr);
   j["threads"] = threads;
@@ -364,8 +365,9 @@ PackResult pack_checkpoint(const PackOptions& opt) {
   if (opt.frame_bytes < kMinFrameBytes || opt.frame_bytes > kMaxFrameBytes)
     throw Error(Exit::Usage, fmt::format("frame size must be between {} and {}", format_bytes(kMinFrameBytes),
                                          format_bytes(kMaxFrameBytes)));
-  if (opt.level < 1 || opt.level > kMaxLevel) throw Error(Exit::Usage, fmt::format("level must be between 1 and {}", kMaxLevel));
-  struct stat root_st{};
+  if (opt.level < 1 || opt.level > kMaxLevel)
+    throw Error(Exit::Usage, fmt::format("level must be between 1 and {}", kMaxLevel));
+  struct stat root_st {};
   if (::stat(opt.dir.c_str(), &root_st) != 0) throw system_error("open " + opt.dir, errno);
   if (!S_ISDIR(root_st.st_mode)) throw Error(Exit::NoInput, opt.dir + ": not a directory");
 
@@ -399,13 +401,13 @@ PackResult pack_checkpoint(const PackOptions& opt) {
   }
 
   // The archive must not replace one it builds on: its frames would be gone.
-  struct stat out_st{};
+  struct stat out_st {};
   bool output_exists = opt.output != "-" && ::stat(opt.output.c_str(), &out_st) == 0;
   if (base && output_exists) {
     std::vector<const Archive*> needed = {&*base};
     for (const auto& b : base->bases()) needed.push_back(&b);
     for (const Archive* a : needed) {
-      struct stat st{};
+      struct stat st {};
       if (::fstat(a->fd(), &st) == 0 && st.st_dev == out_st.st_dev && st.st_ino == out_st.st_ino)
         throw Error(Exit::Usage, opt.output + ": would replace " + a->path() + ", which the new archive needs",
                     "write the incremental archive under a new name");
@@ -488,7 +490,7 @@ PackResult pack_checkpoint(const PackOptions& opt) {
         std::string full = opt.dir + "/" + file.path;
         int fd = ::open(full.c_str(), O_RDONLY | O_CLOEXEC | (opt.dereference ? 0 : O_NOFOLLOW));
         if (fd < 0) throw system_error("open " + full, errno);
-        struct stat st{};
+        struct stat st {};
         int rc = ::fstat(fd, &st);
         const FramePlan& plan = task.plan;
         FrameEncoder& encoder = *encoders[worker];
@@ -563,7 +565,7 @@ PackResult pack_checkpoint(const PackOptions& opt) {
   for (const auto& in : inputs) {
     if (in.record.type != EntryType::File) continue;
     std::string full = opt.dir + "/" + in.record.path;
-    struct stat st{};
+    struct stat st {};
     if ((opt.dereference ? ::stat(full.c_str(), &st) : ::lstat(full.c_str(), &st)) != 0 || !unchanged(in, st))
       throw changed(full);
   }

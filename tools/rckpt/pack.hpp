@@ -29,7 +29,7 @@ namespace rkit::rckpt {
 
 struct PackOptions {
   std::string dir;
-  std::string output;  // "-" writes to stdout
+  std::string output;    // "-" writes to stdout
   unsigned threads = 0;  // 0: every core the process may use
   int level = 1;
   std::uint64_t frame_bytes = kDefaultFrameBytes;
@@ -44,9 +44,9 @@ struct PackResult {
   std::string output;
   std::uint64_t files = 0;
   std::uint64_t frames = 0;
-  std::uint64_t base_frames = 0;   // frames left in the base archive
-  std::uint64_t raw_bytes = 0;     // of the input files
-  std::uint64_t written_bytes = 0; // size of the archive written
+  std::uint64_t base_frames = 0;    // frames left in the base archive
+  std::uint64_t raw_bytes = 0;      // of the input files
+  std::uint64_t written_bytes = 0;  // size of the archive written
   unsigned threads = 0;
   double seconds = 0;
   Json to_json() const;  // rkit.ckpt.pack.v1

@@ -2,8 +2,8 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <fmt/ranges.h>
+#include <algorithm>
 
 #include "rkit/units.hpp"
 
@@ -21,16 +21,25 @@ std::string number_cell(const Json& v) { return v.is_number() ? fmt::format("{:.
 }  // namespace
 
 std::vector<Column> pack_columns() {
-  return {{"ARCHIVE", "archive"}, {"FILES", "files"}, {"FRAMES", "frames"}, {"BASE_FRAMES", "base_frames"},
-          {"RAW", "raw_bytes", bytes_cell}, {"ARCHIVE_BYTES", "archive_bytes", bytes_cell}, {"TIME_S", "time_s"}};
+  return {{"ARCHIVE", "archive"},
+          {"FILES", "files"},
+          {"FRAMES", "frames"},
+          {"BASE_FRAMES", "base_frames"},
+          {"RAW", "raw_bytes", bytes_cell},
+          {"ARCHIVE_BYTES", "archive_bytes", bytes_cell},
+          {"TIME_S", "time_s"}};
 }
 
 std::vector<Column> unpack_columns() {
-  return {{"ARCHIVE", "archive"}, {"DIR", "dir"}, {"FILES", "files"}, {"BYTES", "bytes", bytes_cell}, {"TIME_S", "time_s"}};
+  return {
+      {"ARCHIVE", "archive"}, {"DIR", "dir"}, {"FILES", "files"}, {"BYTES", "bytes", bytes_cell}, {"TIME_S", "time_s"}};
 }
 
 std::vector<Column> verify_columns() {
-  return {{"ARCHIVE", "archive"}, {"OK", "ok"}, {"FRAMES", "frames"}, {"BYTES", "bytes", bytes_cell},
+  return {{"ARCHIVE", "archive"},
+          {"OK", "ok"},
+          {"FRAMES", "frames"},
+          {"BYTES", "bytes", bytes_cell},
           {"PROBLEMS", "problems", [](const Json& v) { return std::to_string(v.size()); }}};
 }
 
@@ -45,14 +54,20 @@ std::vector<Column> ls_columns() {
 }
 
 std::vector<Column> tensor_columns() {
-  return {{"FILE", "file"}, {"TENSOR", "tensor"}, {"DTYPE", "dtype"},
+  return {{"FILE", "file"},
+          {"TENSOR", "tensor"},
+          {"DTYPE", "dtype"},
           {"SHAPE", "shape", [](const Json& v) { return "[" + Printer::cell(v, "") + "]"; }},
           {"BYTES", "bytes", bytes_cell}};
 }
 
 std::vector<Column> diff_columns() {
-  return {{"FILE", "file"}, {"TENSOR", "tensor"}, {"STATUS", "status"},
-          {"MAX_ABS", "max_abs", number_cell}, {"REL_L2", "rel_l2", number_cell}, {"NOTE", "note"}};
+  return {{"FILE", "file"},
+          {"TENSOR", "tensor"},
+          {"STATUS", "status"},
+          {"MAX_ABS", "max_abs", number_cell},
+          {"REL_L2", "rel_l2", number_cell},
+          {"NOTE", "note"}};
 }
 
 std::vector<Column> gc_columns() { return {{"ACTION", "action"}, {"ARCHIVE", "archive"}, {"REASON", "reason"}}; }
@@ -73,8 +88,10 @@ std::string unpack_line(const UnpackResult& r) {
 
 std::string verify_line(const VerifyReport& r) {
   if (r.ok())
-    return fmt::format("ok: {} frames, {} checked in {:.2f} s: {}", r.frames, format_bytes(r.bytes), r.seconds, r.archive);
-  auto damaged = std::count_if(r.problems.begin(), r.problems.end(), [](const VerifyProblem& p) { return p.frame.has_value(); });
+    return fmt::format("ok: {} frames, {} checked in {:.2f} s: {}", r.frames, format_bytes(r.bytes), r.seconds,
+                       r.archive);
+  auto damaged =
+      std::count_if(r.problems.begin(), r.problems.end(), [](const VerifyProblem& p) { return p.frame.has_value(); });
   if (damaged == 0) return "CORRUPT: the frames are intact, the bytes around them are not: " + r.archive;
   return fmt::format("CORRUPT: {} of {} frames damaged: {}", damaged, r.frames, r.archive);
 }
@@ -83,8 +100,10 @@ Json file_json(const std::string& archive, const Manifest& m, const FileRecord& 
   bool file = f.type == EntryType::File;
   std::uint64_t stored = 0, base = 0;
   for (std::uint64_t k = f.first_frame; file && k < f.first_frame + f.frame_count; ++k) {
-    if (m.frames[k].base) ++base;
-    else stored += m.frames[k].bytes;
+    if (m.frames[k].base)
+      ++base;
+    else
+      stored += m.frames[k].bytes;
   }
   auto if_file = [&](std::uint64_t v) { return file ? Json(v) : Json(nullptr); };
   Json j;

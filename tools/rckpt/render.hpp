@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "pack.hpp"
 #include "rkit/ckpt/extract.hpp"
 #include "rkit/ckpt/manifest.hpp"
-#include "pack.hpp"
 #include "rkit/printer.hpp"
 
 namespace rkit::rckpt {

@@ -32,10 +32,14 @@ std::vector<std::uint32_t> lookup(const Strings& from, const Strings& to) {
 Aggregator::Aggregator(const ReportOptions& opt) : opt_(opt) {
   if (!opt.prices) throw Error(Exit::Software, "make_report: no price sheet");
   for (Key k : opt.keys) {
-    if (k == Key::Day) periods_.kind = Periods::Day;
-    else if (k == Key::Month) periods_.kind = Periods::Month;
-    else if (k == Key::Job) by_job_ = true;
-    else attr_keys_.push_back(k);
+    if (k == Key::Day)
+      periods_.kind = Periods::Day;
+    else if (k == Key::Month)
+      periods_.kind = Periods::Month;
+    else if (k == Key::Job)
+      by_job_ = true;
+    else
+      attr_keys_.push_back(k);
   }
   // Until the window's start is known (pass 1 ends), a job is clipped at --since,
   // else not at all: the window then starts at or before every job.
@@ -43,7 +47,8 @@ Aggregator::Aggregator(const ReportOptions& opt) : opt_(opt) {
   periods_.window_end = opt.until;
 }
 
-std::unique_ptr<JobsDigest> Aggregator::digest_jobs(const Dataset& d, std::size_t from, std::size_t to, std::uint64_t seq) const {
+std::unique_ptr<JobsDigest> Aggregator::digest_jobs(const Dataset& d, std::size_t from, std::size_t to,
+                                                    std::uint64_t seq) const {
   auto out = std::make_unique<JobsDigest>();
   RateCache rates;
   for (std::size_t i = from; i < to; ++i) {
@@ -53,7 +58,8 @@ std::unique_ptr<JobsDigest> Aggregator::digest_jobs(const Dataset& d, std::size_
     if (!known(j.start)) continue;
     out->first = std::min(out->first, j.start);
     const double a = std::max(j.start, periods_.window_start), b = job_end(j);
-    const Rates& rate = rates_of(rate_key(j.backend, j.gpu_type), d.strings.name(j.backend), d.strings.name(j.gpu_type), rates);
+    const Rates& rate =
+        rates_of(rate_key(j.backend, j.gpu_type), d.strings.name(j.backend), d.strings.name(j.gpu_type), rates);
     const double per_hour = j.cpus * rate.cpu + j.gpus * rate.gpu + j.memory_bytes / kGiB * rate.memory_gib;
     const std::uint64_t job = (seq << 32) | i;
     const bool waited = j.start >= periods_.window_start && j.start < periods_.window_end;
@@ -73,7 +79,8 @@ std::unique_ptr<JobsDigest> Aggregator::digest_jobs(const Dataset& d, std::size_
       });
     }
     if (waited && (known(j.eligible) || known(j.submit)))
-      out->groups[key_of(j, job, periods_.index(j.start))].waits.add(j.start - (known(j.eligible) ? j.eligible : j.submit));
+      out->groups[key_of(j, job, periods_.index(j.start))].waits.add(j.start -
+                                                                     (known(j.eligible) ? j.eligible : j.submit));
   }
   return out;
 }
@@ -118,7 +125,8 @@ bool Aggregator::end_pass1() {
   return false;
 }
 
-std::unique_ptr<SampledDigest> Aggregator::digest_sampled(const Dataset& d, std::size_t from, std::size_t to, std::uint64_t seq) const {
+std::unique_ptr<SampledDigest> Aggregator::digest_sampled(const Dataset& d, std::size_t from, std::size_t to,
+                                                          std::uint64_t seq) const {
   auto out = std::make_unique<SampledDigest>();
   std::unordered_map<std::uint32_t, std::uint32_t> node_of;  // chunk id → report id of sampled hosts
   RateCache rates, at_hosts;  // keys: the chunk's ids; the chunk's backend and the report's GPU
@@ -136,7 +144,8 @@ std::unique_ptr<SampledDigest> Aggregator::digest_sampled(const Dataset& d, std:
     const std::uint64_t job = (seq << 32) | i;
     const HostFacts& host = hosts_.at(node);
     // Priced in pass 1 at the backend's default GPU: the GPU its host's samples name.
-    const Rates* own = &rates_of(rate_key(j.backend, j.gpu_type), d.strings.name(j.backend), d.strings.name(j.gpu_type), rates);
+    const Rates* own =
+        &rates_of(rate_key(j.backend, j.gpu_type), d.strings.name(j.backend), d.strings.name(j.gpu_type), rates);
     if (j.gpu_type == 0 && host.model) {
       const Rates& at_host =
           rates_of(rate_key(j.backend, host.model), d.strings.name(j.backend), strings_.name(host.model), at_hosts);

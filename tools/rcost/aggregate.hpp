@@ -86,7 +86,8 @@ using RateCache = std::unordered_map<std::uint64_t, Rates>;
 struct Cell {
   double held_gpu = 0, used_gpu = 0, held_cpu = 0, used_cpu = 0, wasted_gpu = 0, wasted_cpu = 0;
   Cell& operator+=(const Cell& o) {
-    for (auto f : {&Cell::held_gpu, &Cell::used_gpu, &Cell::held_cpu, &Cell::used_cpu, &Cell::wasted_gpu, &Cell::wasted_cpu})
+    for (auto f :
+         {&Cell::held_gpu, &Cell::used_gpu, &Cell::held_cpu, &Cell::used_cpu, &Cell::wasted_gpu, &Cell::wasted_cpu})
       this->*f += o.*f;
     return *this;
   }
@@ -152,7 +153,8 @@ class Aggregator {
 
   // ---- pass 2 (read-only on the report's strings: workers look ids up at once)
 
-  std::unique_ptr<SampledDigest> digest_sampled(const Dataset& d, std::size_t from, std::size_t to, std::uint64_t seq) const;
+  std::unique_ptr<SampledDigest> digest_sampled(const Dataset& d, std::size_t from, std::size_t to,
+                                                std::uint64_t seq) const;
 
   void take_sampled(const Dataset& d, const SampledDigest& in);
 
@@ -161,7 +163,9 @@ class Aggregator {
   Report finish();
 
  private:
-  double job_end(const Job& j) const { return std::min(known(j.end) ? j.end : periods_.window_end, periods_.window_end); }
+  double job_end(const Job& j) const {
+    return std::min(known(j.end) ? j.end : periods_.window_end, periods_.window_end);
+  }
 
   GroupKey key_of(const Job& j, std::uint64_t job, std::int64_t bucket) const {
     GroupKey k;
@@ -176,7 +180,8 @@ class Aggregator {
   }
 
   // The rates of a backend and GPU type, looked up once per `key` (the pair's ids).
-  const Rates& rates_of(std::uint64_t key, const std::string& backend, const std::string& model, RateCache& cache) const {
+  const Rates& rates_of(std::uint64_t key, const std::string& backend, const std::string& model,
+                        RateCache& cache) const {
     auto it = cache.find(key);
     if (it == cache.end()) it = cache.emplace(key, job_rates(*opt_.prices, backend, model)).first;
     return it->second;
@@ -201,7 +206,8 @@ class Aggregator {
     const auto it = by_host_.find(host);
     if (it == by_host_.end() || host == 0) return;
     const auto& list = it->second;
-    auto at = std::upper_bound(list.begin(), list.end(), a, [&](double t, std::uint32_t i) { return t < samples_[i].end; });
+    auto at =
+        std::upper_bound(list.begin(), list.end(), a, [&](double t, std::uint32_t i) { return t < samples_[i].end; });
     for (; at != list.end(); ++at) {
       const std::uint32_t i = *at;
       const auto [sa, sb] = span(i);
@@ -254,10 +260,10 @@ class Aggregator {
   std::vector<std::pair<std::uint32_t, float>> gpu_utils_;
   std::unordered_map<std::uint32_t, std::vector<std::uint32_t>> by_host_;
   std::unordered_map<std::uint32_t, HostFacts> hosts_;  // sampled hosts
-  std::vector<double> starts_;  // effective start of each sample
+  std::vector<double> starts_;                          // effective start of each sample
   std::unordered_map<CellKey, Cell, CellHash> cells_;
-  std::vector<std::array<double, 3>> held_;  // per sample: GPU, core, GiB-seconds held
-  std::vector<std::array<double, 2>> used_;  // per sample: GPU, core-seconds used (scaled)
+  std::vector<std::array<double, 3>> held_;   // per sample: GPU, core, GiB-seconds held
+  std::vector<std::array<double, 2>> used_;   // per sample: GPU, core-seconds used (scaled)
   std::map<std::int64_t, double> idle_pool_;  // period → unallocated capacity cost
   std::map<std::int64_t, std::pair<Capacity, Capacity>> capacity_by_period_;  // GPU, CPU
 };

@@ -7,9 +7,9 @@ namespace rkit::rcost::detail {
 
 void add(Row& into, const Row& from) {
   into.jobs += from.jobs;
-  for (auto f : {&Row::gpu_hours, &Row::core_hours, &Row::memory_gib_hours, &Row::cost, &Row::list_cost,
-                 &Row::gpu_sampled_hours, &Row::gpu_used_hours, &Row::core_sampled_hours, &Row::core_used_hours,
-                 &Row::waste_cost, &Row::idle_cost})
+  for (auto f :
+       {&Row::gpu_hours, &Row::core_hours, &Row::memory_gib_hours, &Row::cost, &Row::list_cost, &Row::gpu_sampled_hours,
+        &Row::gpu_used_hours, &Row::core_sampled_hours, &Row::core_used_hours, &Row::waste_cost, &Row::idle_cost})
     into.*f += from.*f;
   into.waits.merge(from.waits);
 }
@@ -68,7 +68,8 @@ void Aggregator::capacity(Report& r) {
       tally(r.gpu, cap_g, used_[si][0], held_g, rate.gpu, 1);
       tally(r.cpu, cap_c, used_[si][1], held_c, rate.cpu, 1);
       tally(r.memory, cap_m, held_m, held_m, rate.memory_gib, 1);
-      const double idle_cost = ((cap_g - held_g) * rate.gpu + (cap_c - held_c) * rate.cpu + (cap_m - held_m) * rate.memory_gib) / 3600;
+      const double idle_cost =
+          ((cap_g - held_g) * rate.gpu + (cap_c - held_c) * rate.cpu + (cap_m - held_m) * rate.memory_gib) / 3600;
       // A sample across a period boundary is shared between the periods by time.
       periods_.split(a, b, [&](std::int64_t bucket, double pa, double pb) {
         const double w = (pb - pa) / (b - a);
@@ -115,7 +116,7 @@ void Aggregator::share_idle() {
     for (auto& [k, row] : groups_)
       if (k.bucket == bucket)
         row.idle_cost += opt_.share_idle == ShareIdle::Weighted && cost > 0 ? pool * row.cost / cost
-                                                                             : pool / static_cast<double>(rows);
+                                                                            : pool / static_cast<double>(rows);
   }
 }
 
@@ -128,11 +129,16 @@ void Aggregator::finish_rows(Report& r) {
     row.keys.clear();
     std::size_t attr = 0;
     for (Key key : opt_.keys) {
-      if (key == Key::Day) row.keys.push_back(format_day(periods_.start(k.bucket)));
-      else if (key == Key::Month) row.keys.push_back(format_month(periods_.start(k.bucket)));
-      else if (row.idle_row) row.keys.push_back("__idle__");
-      else if (key == Key::Job) row.keys.push_back(job_ids_.count(k.job) ? job_ids_.at(k.job) : none);
-      else row.keys.push_back(strings_.name(k.ids[attr++]));
+      if (key == Key::Day)
+        row.keys.push_back(format_day(periods_.start(k.bucket)));
+      else if (key == Key::Month)
+        row.keys.push_back(format_month(periods_.start(k.bucket)));
+      else if (row.idle_row)
+        row.keys.push_back("__idle__");
+      else if (key == Key::Job)
+        row.keys.push_back(job_ids_.count(k.job) ? job_ids_.at(k.job) : none);
+      else
+        row.keys.push_back(strings_.name(k.ids[attr++]));
     }
     row.span_start = std::max(periods_.start(k.bucket), periods_.window_start);
     row.span_end = std::min(periods_.end(k.bucket), periods_.window_end);
@@ -168,7 +174,9 @@ void Aggregator::finish_rows(Report& r) {
     PeriodCapacity p;
     p.start = std::max(periods_.start(bucket), periods_.window_start);
     p.end = std::min(periods_.end(bucket), periods_.window_end);
-    p.label = periods_.kind == Periods::Day ? format_day(p.start) : periods_.kind == Periods::Month ? format_month(p.start) : "";
+    p.label = periods_.kind == Periods::Day     ? format_day(p.start)
+              : periods_.kind == Periods::Month ? format_month(p.start)
+                                                : "";
     p.gpu = caps.first;
     p.cpu = caps.second;
     r.periods.push_back(p);

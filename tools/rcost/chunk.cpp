@@ -22,16 +22,41 @@ bool is(std::string_view key, const char (&name)[N]) {
 }
 
 // The rkit.job.v1 fields rcost reads.
-enum class JobField { Other, Id, Backend, Tenant, User, Project, GpuType, Host, State, Tasks, MemoryPerTask, Cpus, Gpus,
-                      Submit, Start, End, Alloc, CpuUsed };
+enum class JobField {
+  Other,
+  Id,
+  Backend,
+  Tenant,
+  User,
+  Project,
+  GpuType,
+  Host,
+  State,
+  Tasks,
+  MemoryPerTask,
+  Cpus,
+  Gpus,
+  Submit,
+  Start,
+  End,
+  Alloc,
+  CpuUsed
+};
 
 JobField job_field(std::string_view k) {
   switch (k.size()) {
     case 2: return is(k, "id") ? JobField::Id : JobField::Other;
-    case 4: return is(k, "user") ? JobField::User : is(k, "host") ? JobField::Host : is(k, "cpus") ? JobField::Cpus
-                 : is(k, "gpus") ? JobField::Gpus : JobField::Other;
-    case 5: return is(k, "state") ? JobField::State : is(k, "tasks") ? JobField::Tasks : is(k, "alloc") ? JobField::Alloc
-                 : JobField::Other;
+    case 4:
+      return is(k, "user")   ? JobField::User
+             : is(k, "host") ? JobField::Host
+             : is(k, "cpus") ? JobField::Cpus
+             : is(k, "gpus") ? JobField::Gpus
+                             : JobField::Other;
+    case 5:
+      return is(k, "state")   ? JobField::State
+             : is(k, "tasks") ? JobField::Tasks
+             : is(k, "alloc") ? JobField::Alloc
+                              : JobField::Other;
     case 6: return is(k, "tenant") ? JobField::Tenant : JobField::Other;
     case 7: return is(k, "backend") ? JobField::Backend : is(k, "project") ? JobField::Project : JobField::Other;
     case 8: return is(k, "gpu_type") ? JobField::GpuType : JobField::Other;
@@ -54,9 +79,9 @@ std::string_view raw_key(od::field& f) {
 }
 
 // Limits that keep sums finite: a record beyond them is bad, not a NaN in the report.
-constexpr double kMaxUnits = 1e7;                     // cores or GPUs of one job
-constexpr double kMaxMemoryBytes = 1ull << 60;        // an exbibyte
-constexpr double kMaxSampleInterval = 86400;          // rtop sample --interval's limit
+constexpr double kMaxUnits = 1e7;                                     // cores or GPUs of one job
+constexpr double kMaxMemoryBytes = 1ull << 60;                        // an exbibyte
+constexpr double kMaxSampleInterval = 86400;                          // rtop sample --interval's limit
 bool plausible_time(double t) { return t >= 0 && t < 8589934592.0; }  // 2^33 s: year 2242
 
 // Fields whose last value is cached (ChunkParser::name).
@@ -111,7 +136,8 @@ class ChunkParser {
   bool json_line(std::string_view text) {
     od::document doc;
     const simdjson::error_code err =
-        parser_.iterate(simdjson::padded_string_view(text.data(), text.size(), text.size() + simdjson::SIMDJSON_PADDING))
+        parser_
+            .iterate(simdjson::padded_string_view(text.data(), text.size(), text.size() + simdjson::SIMDJSON_PADDING))
             .get(doc);
     if (err) return fail(std::string("not JSON: ") + simdjson::error_message(err));
     od::object obj;
@@ -124,8 +150,10 @@ class ChunkParser {
     } mark{out_->data.jobs.size(), out_->data.samples.size(), out_->data.units.size(), out_->data.utils.size(),
            out_->data.gpu_utils.size()};
     bool ok, ignored = false;
-    if (schema == "rkit.job.v1") ok = job_record(obj);
-    else if (schema == "rkit.sample.v1") ok = sample_record(obj);
+    if (schema == "rkit.job.v1")
+      ok = job_record(obj);
+    else if (schema == "rkit.sample.v1")
+      ok = sample_record(obj);
     else if (schema.starts_with("rkit.bench.") || schema.starts_with("rkit.train.event.") ||
              schema.starts_with("rkit.cost.")) {
       std::string_view raw;  // read to its end, so that text after it is seen
@@ -197,8 +225,18 @@ class ChunkParser {
     Job j;
     std::string_view id;
     double tasks = 1, mem_per_task = 0;
-    enum : unsigned { kId = 1, kBackend = 2, kTenant = 4, kUser = 8, kState = 16, kCpus = 32, kGpus = 64,
-                      kSubmit = 128, kStart = 256, kEnd = 512 };
+    enum : unsigned {
+      kId = 1,
+      kBackend = 2,
+      kTenant = 4,
+      kUser = 8,
+      kState = 16,
+      kCpus = 32,
+      kGpus = 64,
+      kSubmit = 128,
+      kStart = 256,
+      kEnd = 512
+    };
     unsigned seen = 0;
     const std::size_t units_mark = d.units.size();
     for (auto field : obj) {
@@ -271,14 +309,13 @@ class ChunkParser {
         case JobField::CpuUsed:
           if (!number_or_null(v, key, j.cpu_used_s)) return false;
           break;
-        case JobField::Other:
-          break;
+        case JobField::Other: break;
       }
     }
     static constexpr std::pair<unsigned, const char*> kRequired[] = {
-        {kId, "id"},       {kBackend, "backend"},     {kTenant, "tenant"},
-        {kUser, "user"},   {kState, "state"},         {kCpus, "cpus"},
-        {kGpus, "gpus"},   {kSubmit, "submit_unix_s"}, {kStart, "start_unix_s"},
+        {kId, "id"},         {kBackend, "backend"},      {kTenant, "tenant"},
+        {kUser, "user"},     {kState, "state"},          {kCpus, "cpus"},
+        {kGpus, "gpus"},     {kSubmit, "submit_unix_s"}, {kStart, "start_unix_s"},
         {kEnd, "end_unix_s"}};
     for (auto [bit, field] : kRequired)
       if (!(seen & bit)) {
@@ -377,7 +414,8 @@ class ChunkParser {
         if (!number(v, key, s.memory_total_bytes) || s.memory_total_bytes < 0 || s.memory_total_bytes > kMaxMemoryBytes)
           return fail("\"memory_total_bytes\" is out of range"), undo();
       } else if (key == "cores") {
-        if (!number(v, key, s.cores) || s.cores < 0 || s.cores > kMaxUnits) return fail("\"cores\" is out of range"), undo();
+        if (!number(v, key, s.cores) || s.cores < 0 || s.cores > kMaxUnits)
+          return fail("\"cores\" is out of range"), undo();
       } else if (key == "cpu_util_per_cpu") {
         od::array a;
         if (v.get_array().get(a)) return fail("\"cpu_util_per_cpu\" must be an array"), undo();
@@ -441,8 +479,7 @@ class ChunkParser {
   // the allocation.
   bool sacct_line(std::string_view text) {
     const auto f = split_bar(text);
-    if (f.size() != cols_.count)
-      return fail(fmt::format("{} fields where the header has {}", f.size(), cols_.count));
+    if (f.size() != cols_.count) return fail(fmt::format("{} fields where the header has {}", f.size(), cols_.count));
     auto col = [&](int i) { return i < 0 ? std::string_view() : f[static_cast<std::size_t>(i)]; };
     const std::string_view job_id = col(cols_.job_id);
     if (job_id.find('.') != std::string_view::npos) {
@@ -457,8 +494,8 @@ class ChunkParser {
     j.user = d.strings.id(user);
     const auto mapped = opt_.tenant_of_user.find(std::string(user));
     j.tenant = d.strings.id(mapped != opt_.tenant_of_user.end() ? std::string_view(mapped->second)
-                                                                : !col(cols_.account).empty() ? col(cols_.account)
-                                                                                              : user);
+                            : !col(cols_.account).empty()       ? col(cols_.account)
+                                                                : user);
     j.partition = d.strings.id(col(cols_.partition));
     // "CANCELLED by 1000" → CANCELLED.
     std::string_view state = col(cols_.state);

@@ -39,16 +39,47 @@ constexpr double kGiB = 1ull << 30;
 // Quantities below this (unit-hours) are rounding noise of differences: no row.
 constexpr double kNoise = 1e-9;
 
-constexpr const char* kColumns[] = {
-    "BilledCost",        "EffectiveCost",      "ListCost",          "ContractedCost",      "BillingCurrency",
-    "BillingAccountId",  "BillingAccountName", "BillingPeriodStart", "BillingPeriodEnd",   "ChargePeriodStart",
-    "ChargePeriodEnd",   "ChargeCategory",     "ChargeClass",       "ChargeDescription",   "ChargeFrequency",
-    "ConsumedQuantity",  "ConsumedUnit",       "PricingQuantity",   "PricingUnit",         "PricingCategory",
-    "ListUnitPrice",     "ContractedUnitPrice", "ProviderName",     "PublisherName",       "InvoiceIssuerName",
-    "RegionId",          "RegionName",         "ResourceId",        "ResourceName",        "ResourceType",
-    "ServiceCategory",   "ServiceName",        "SkuId",             "SkuPriceId",          "SubAccountId",
-    "SubAccountName",    "Tags",               "x_ChargeKind",      "x_User",              "x_Project",
-    "x_Node"};
+constexpr const char* kColumns[] = {"BilledCost",
+                                    "EffectiveCost",
+                                    "ListCost",
+                                    "ContractedCost",
+                                    "BillingCurrency",
+                                    "BillingAccountId",
+                                    "BillingAccountName",
+                                    "BillingPeriodStart",
+                                    "BillingPeriodEnd",
+                                    "ChargePeriodStart",
+                                    "ChargePeriodEnd",
+                                    "ChargeCategory",
+                                    "ChargeClass",
+                                    "ChargeDescription",
+                                    "ChargeFrequency",
+                                    "ConsumedQuantity",
+                                    "ConsumedUnit",
+                                    "PricingQuantity",
+                                    "PricingUnit",
+                                    "PricingCategory",
+                                    "ListUnitPrice",
+                                    "ContractedUnitPrice",
+                                    "ProviderName",
+                                    "PublisherName",
+                                    "InvoiceIssuerName",
+                                    "RegionId",
+                                    "RegionName",
+                                    "ResourceId",
+                                    "ResourceName",
+                                    "ResourceType",
+                                    "ServiceCategory",
+                                    "ServiceName",
+                                    "SkuId",
+                                    "SkuPriceId",
+                                    "SubAccountId",
+                                    "SubAccountName",
+                                    "Tags",
+                                    "x_ChargeKind",
+                                    "x_User",
+                                    "x_Project",
+                                    "x_Node"};
 
 enum class Resource { Gpu, Cpu, Memory };
 
@@ -113,47 +144,47 @@ class Writer {
     tag("state", c.state);
     const std::string billed = decimal(c.billed), quantity = decimal(c.quantity);
     const std::string fields[] = {
-        billed,                                    // BilledCost
-        billed,                                    // EffectiveCost: no commitment to amortise
-        decimal(c.billed * c.list_factor),         // ListCost
-        billed,                                    // ContractedCost
-        currency_,                                 // BillingCurrency
-        "rkit",                                    // BillingAccountId
-        "rkit",                                    // BillingAccountName
-        format_iso(month_start),                   // BillingPeriodStart
-        format_iso(month_end),                     // BillingPeriodEnd
-        format_iso(c.from),                        // ChargePeriodStart
-        format_iso(c.to),                          // ChargePeriodEnd
-        "Usage",                                   // ChargeCategory
-        "",                                        // ChargeClass: null, not a correction
-        c.description,                             // ChargeDescription
-        "Usage-Based",                             // ChargeFrequency
-        quantity,                                  // ConsumedQuantity
-        rt.unit,                                   // ConsumedUnit
-        quantity,                                  // PricingQuantity
-        rt.unit,                                   // PricingUnit
-        c.pricing,                                 // PricingCategory
-        decimal(c.rate * c.list_factor),           // ListUnitPrice
-        decimal(c.rate),                           // ContractedUnitPrice
-        "rkit",                                    // ProviderName
-        "rkit",                                    // PublisherName
-        "rkit",                                    // InvoiceIssuerName
-        c.backend,                                 // RegionId
-        c.backend,                                 // RegionName
-        c.resource_id,                             // ResourceId
-        c.resource_id,                             // ResourceName
-        rt.type,                                   // ResourceType
-        "Compute",                                 // ServiceCategory
-        "rkit " + c.backend,                       // ServiceName
-        sku,                                       // SkuId
-        sku,                                       // SkuPriceId: one price per SKU in a sheet
-        c.tenant,                                  // SubAccountId
-        c.tenant,                                  // SubAccountName
+        billed,                                                     // BilledCost
+        billed,                                                     // EffectiveCost: no commitment to amortise
+        decimal(c.billed * c.list_factor),                          // ListCost
+        billed,                                                     // ContractedCost
+        currency_,                                                  // BillingCurrency
+        "rkit",                                                     // BillingAccountId
+        "rkit",                                                     // BillingAccountName
+        format_iso(month_start),                                    // BillingPeriodStart
+        format_iso(month_end),                                      // BillingPeriodEnd
+        format_iso(c.from),                                         // ChargePeriodStart
+        format_iso(c.to),                                           // ChargePeriodEnd
+        "Usage",                                                    // ChargeCategory
+        "",                                                         // ChargeClass: null, not a correction
+        c.description,                                              // ChargeDescription
+        "Usage-Based",                                              // ChargeFrequency
+        quantity,                                                   // ConsumedQuantity
+        rt.unit,                                                    // ConsumedUnit
+        quantity,                                                   // PricingQuantity
+        rt.unit,                                                    // PricingUnit
+        c.pricing,                                                  // PricingCategory
+        decimal(c.rate * c.list_factor),                            // ListUnitPrice
+        decimal(c.rate),                                            // ContractedUnitPrice
+        "rkit",                                                     // ProviderName
+        "rkit",                                                     // PublisherName
+        "rkit",                                                     // InvoiceIssuerName
+        c.backend,                                                  // RegionId
+        c.backend,                                                  // RegionName
+        c.resource_id,                                              // ResourceId
+        c.resource_id,                                              // ResourceName
+        rt.type,                                                    // ResourceType
+        "Compute",                                                  // ServiceCategory
+        "rkit " + c.backend,                                        // ServiceName
+        sku,                                                        // SkuId
+        sku,                                                        // SkuPriceId: one price per SKU in a sheet
+        c.tenant,                                                   // SubAccountId
+        c.tenant,                                                   // SubAccountName
         tags.dump(-1, ' ', false, Json::error_handler_t::replace),  // Tags
-        c.kind,                                    // x_ChargeKind
-        c.user,                                    // x_User
-        c.project,                                 // x_Project
-        c.node,                                    // x_Node
+        c.kind,                                                     // x_ChargeKind
+        c.user,                                                     // x_User
+        c.project,                                                  // x_Project
+        c.node,                                                     // x_Node
     };
     static_assert(std::size(fields) == std::size(kColumns));
     for (std::size_t i = 0; i < std::size(fields); ++i) {
@@ -254,8 +285,9 @@ void write_focus(std::ostream& out, const Dataset& data, const ReportOptions& op
     auto it = cache.find(key);
     if (it == cache.end()) {
       const std::string& backend = names.name(j.backend);
-      it = cache.emplace(key, Priced{job_rates(*opt.prices, backend, names.name(model)),
-                                     pricing_category(opt.prices->at(backend))})
+      it = cache
+               .emplace(key, Priced{job_rates(*opt.prices, backend, names.name(model)),
+                                    pricing_category(opt.prices->at(backend))})
                .first;
     }
     const Priced& p = it->second;
@@ -320,8 +352,8 @@ void write_focus(std::ostream& out, const Dataset& data, const ReportOptions& op
     idle.resource_id = host_name;
     idle.node = host_name;
     for (const PeriodCapacity& p : r.periods) {
-      const auto row = std::find_if(r.rows.begin(), r.rows.end(),
-                                    [&](const Row& x) { return x.idle_row && x.keys[0] == p.label; });
+      const auto row =
+          std::find_if(r.rows.begin(), r.rows.end(), [&](const Row& x) { return x.idle_row && x.keys[0] == p.label; });
       const double pool = row == r.rows.end() ? 0 : row->idle_cost;
       idle.from = p.start;
       idle.to = p.end;

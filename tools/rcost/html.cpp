@@ -34,7 +34,7 @@ namespace {
 using namespace svg;
 
 constexpr double kChartWidth = 900;
-constexpr double kMonthlyOver = 92 * kDay;  // longer windows are drawn by month
+constexpr double kMonthlyOver = 92 * kDay;   // longer windows are drawn by month
 constexpr std::size_t kMaxTenantSeries = 8;  // tenants drawn on their own; the rest are "other tenants"
 constexpr std::size_t kMaxWasteRows = 25;
 constexpr const char* kOther = "#bab0ac";
@@ -156,7 +156,8 @@ std::string waste_chart(const std::vector<const Row*>& rows, const std::string& 
     gpu_max = std::max(gpu_max, r->gpu_idle_hours());
     cost_max = std::max(cost_max, r->waste_cost);
   }
-  const auto gticks = linear_ticks(0, gpu_max > 0 ? gpu_max : 1, 4), cticks = linear_ticks(0, cost_max > 0 ? cost_max : 1, 4);
+  const auto gticks = linear_ticks(0, gpu_max > 0 ? gpu_max : 1, 4),
+             cticks = linear_ticks(0, cost_max > 0 ? cost_max : 1, 4);
   const LinearScale gx{0, gticks.back(), g0, g1}, cx{0, cticks.back(), c0, c1};
 
   Svg svg(kChartWidth, height, "waste", "Waste by tenant");
@@ -201,7 +202,9 @@ tr.over td { color: #d62728; font-weight: 600; }
 tr.total td { font-weight: 600; border-top: 2px solid #ccc; }
 )";
 
-std::string key(const char* colour) { return fmt::format("<span class=\"key\" style=\"background:{}\"></span>", colour); }
+std::string key(const char* colour) {
+  return fmt::format("<span class=\"key\" style=\"background:{}\"></span>", colour);
+}
 
 std::string figure(const std::string& caption, const std::string& svg) {
   return "<figure>\n<figcaption>" + esc(caption) + "</figcaption>\n" + svg + "</figure>\n";
@@ -230,7 +233,8 @@ class Page {
     h += "<nav><a href=\"#cost\">Cost over time</a><a href=\"#utilisation\">Utilisation</a><a href=\"#waste\">Waste</a>"
          "<a href=\"#tenants\">By tenant</a></nav>\n";
     h += "<section id=\"cost\">\n<h2>Cost by tenant over time</h2>\n" + cost_over_time() + "</section>\n";
-    h += "<section id=\"utilisation\">\n<h2>Utilisation of the sampled capacity</h2>\n" + utilisation() + "</section>\n";
+    h +=
+        "<section id=\"utilisation\">\n<h2>Utilisation of the sampled capacity</h2>\n" + utilisation() + "</section>\n";
     h += "<section id=\"waste\">\n<h2>Waste by tenant</h2>\n" + waste() + "</section>\n";
     h += "<section id=\"tenants\">\n<h2>By tenant</h2>\n" + tenant_table() + "</section>\n";
     return h + html_page_end("rcost");
@@ -239,9 +243,9 @@ class Page {
  private:
   std::string summary() const {
     const Report& r = tenants_;
-    std::string s = fmt::format("Window {} to {}: {} job{} ran, of {} read; {} sample{}.", format_iso(r.since),
-                                format_iso(r.until), r.jobs_run, r.jobs_run == 1 ? "" : "s", r.jobs_read, r.samples,
-                                r.samples == 1 ? "" : "s");
+    std::string s =
+        fmt::format("Window {} to {}: {} job{} ran, of {} read; {} sample{}.", format_iso(r.since), format_iso(r.until),
+                    r.jobs_run, r.jobs_run == 1 ? "" : "s", r.jobs_read, r.samples, r.samples == 1 ? "" : "s");
     s += fmt::format(" Total {} {}", money(r.total.total_cost()), r.currency);
     s += r.samples ? fmt::format(", of which waste {} and unallocated capacity {}.", money(r.total.waste_cost),
                                  money(r.total.idle_cost))
@@ -287,8 +291,9 @@ class Page {
       series.push_back({tenant_name(ranked[i]), kPalette[i]});
     }
     const std::size_t other = series.size(), unallocated = other + 1;
-    series.push_back({fmt::format("{} other tenants", ranked.size() > kMaxTenantSeries ? ranked.size() - kMaxTenantSeries : 0),
-                      kOther});
+    series.push_back(
+        {fmt::format("{} other tenants", ranked.size() > kMaxTenantSeries ? ranked.size() - kMaxTenantSeries : 0),
+         kOther});
     series.push_back({"unallocated capacity", kUnallocated});
 
     std::vector<std::string> periods = all_periods(t.since, t.until, monthly_);
@@ -306,8 +311,10 @@ class Page {
     for (const Row& row : t.rows) {
       const std::size_t p = period_at.at(row.keys[0]);
       std::size_t s = other;
-      if (row.idle_row) s = unallocated, any_idle_row = true;
-      else if (auto it = series_of.find(row.keys[1]); it != series_of.end()) s = it->second;
+      if (row.idle_row)
+        s = unallocated, any_idle_row = true;
+      else if (auto it = series_of.find(row.keys[1]); it != series_of.end())
+        s = it->second;
       values[p][s] += row.total_cost();
       period_total[p] += row.total_cost();
     }
@@ -325,14 +332,13 @@ class Page {
       return "<p class=\"note\">No cost in the window: no job ran in it" +
              std::string(t.samples ? "" : " and no samples were given") + ".</p>\n";
     const std::string unit = fmt::format("cost ({})", t.currency);
-    const std::string svg =
-        stacked_chart("cost-by-tenant", "Cost by tenant per " + std::string(monthly_ ? "month" : "day"), unit, periods,
-                      kept, kept_values, [&](std::size_t p, std::size_t s) {
-                        const double v = kept_values[p][s];
-                        return fmt::format("{}, {}: {} {} ({} of the {})", kept[s].name, periods[p], money(v),
-                                           t.currency, percent(period_total[p] > 0 ? v / period_total[p] : 0),
-                                           monthly_ ? "month" : "day");
-                      });
+    const std::string svg = stacked_chart(
+        "cost-by-tenant", "Cost by tenant per " + std::string(monthly_ ? "month" : "day"), unit, periods, kept,
+        kept_values, [&](std::size_t p, std::size_t s) {
+          const double v = kept_values[p][s];
+          return fmt::format("{}, {}: {} {} ({} of the {})", kept[s].name, periods[p], money(v), t.currency,
+                             percent(period_total[p] > 0 ? v / period_total[p] : 0), monthly_ ? "month" : "day");
+        });
     std::string intro = "<p>What each tenant's jobs cost per " + std::string(monthly_ ? "month" : "day") + " (UTC)";
     if (t.samples && opt_.share_idle != ShareIdle::None) intro += ", their share of unallocated capacity included";
     if (any_idle_row) intro += "; " + key(kUnallocated) + "unallocated capacity, charged to no tenant";
@@ -350,7 +356,8 @@ class Page {
     std::string out = "<p>Every sampled GPU- and core-hour falls in one of: " + key(kUsed) + "used, " +
                       key(kAllocatedIdle) + "allocated to a job but idle (waste), " + key(kUnallocated) +
                       "not allocated to any job.</p>\n";
-    const std::vector<Series> series = {{"used", kUsed}, {"allocated idle", kAllocatedIdle}, {"unallocated", kUnallocated}};
+    const std::vector<Series> series = {
+        {"used", kUsed}, {"allocated idle", kAllocatedIdle}, {"unallocated", kUnallocated}};
     auto chart = [&](const char* what, const char* unit, auto capacity_of) {
       double total = 0;
       for (const PeriodCapacity& p : t.periods) total += capacity_of(p).capacity;
@@ -386,7 +393,8 @@ class Page {
       if (!row.idle_row && (row.gpu_sampled_hours > 0 || row.core_sampled_hours > 0)) rows.push_back(&row);
     if (rows.empty())
       return "<p class=\"note\">No job ran on a sampled host in the window: no waste could be measured.</p>\n";
-    std::stable_sort(rows.begin(), rows.end(), [](const Row* a, const Row* b) { return a->waste_cost > b->waste_cost; });
+    std::stable_sort(rows.begin(), rows.end(),
+                     [](const Row* a, const Row* b) { return a->waste_cost > b->waste_cost; });
     std::string more;
     if (rows.size() > kMaxWasteRows) {
       more = fmt::format("<p>The {} tenants with the most waste are drawn; the table below has every one.</p>\n",
@@ -400,7 +408,8 @@ class Page {
 
   std::string tenant_table() const {
     const Report& r = tenants_;
-    const bool budgets = std::any_of(r.rows.begin(), r.rows.end(), [](const Row& row) { return row.budget.has_value(); });
+    const bool budgets =
+        std::any_of(r.rows.begin(), r.rows.end(), [](const Row& row) { return row.budget.has_value(); });
     std::vector<HtmlColumn> columns = {{"tenant"}};
     for (const char* c : {"jobs", "GPU-h", "core-h", "cost", "GPU idle-h", "waste", "idle share", "total", "share",
                           "wait p50", "wait p90"})

@@ -19,9 +19,7 @@ namespace {
 using namespace rkit;
 using namespace rkit::rcost;
 
-double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
+double unix_now() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
 // --prices, else rcost.prices, else rsub.auto.prices (the sheet rsub's placement reads).
 constexpr const char* kNoSheet = "give --prices FILE or set rcost.prices in the configuration (examples/prices.toml)";
@@ -58,7 +56,8 @@ std::map<std::string, std::string> users_from(const Config& c) { return c.get_st
 // No file arguments: standard input, unless it is a terminal.
 std::vector<std::string> inputs_or_stdin(std::vector<std::string> files) {
   if (files.empty()) {
-    if (::isatty(STDIN_FILENO)) usage_error("no input: give files (or - for standard input), e.g. rsub ls --all --json | rcost report -");
+    if (::isatty(STDIN_FILENO))
+      usage_error("no input: give files (or - for standard input), e.g. rsub ls --all --json | rcost report -");
     files.push_back("-");
   }
   return files;
@@ -69,56 +68,79 @@ void report_bad(const Dataset& data, bool quiet) {
   constexpr std::size_t kShown = 10;
   for (std::size_t i = 0; i < std::min(kShown, data.bad.size()); ++i)
     warn("rcost", fmt::format("{}: {}", data.bad[i].where, data.bad[i].why), std::cerr);
-  warn("rcost", fmt::format("{} bad record{} skipped{} (--strict makes them fatal)", data.bad_count,
-                           data.bad_count == 1 ? "" : "s",
-                           data.bad_count > kShown ? fmt::format(", the first {} shown", kShown) : ""),
+  warn("rcost",
+       fmt::format("{} bad record{} skipped{} (--strict makes them fatal)", data.bad_count,
+                   data.bad_count == 1 ? "" : "s",
+                   data.bad_count > kShown ? fmt::format(", the first {} shown", kShown) : ""),
        std::cerr);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  Tool tool("rcost", "Cost reports: GPU- and core-hours and money per tenant, waste, idle capacity, queue waits, budgets");
+  Tool tool("rcost",
+            "Cost reports: GPU- and core-hours and money per tenant, waste, idle capacity, queue waits, budgets");
   CLI::App& app = tool.app();
   std::string prices_path;
-  app.add_option("--prices", prices_path, "The price sheet (TOML; default: rcost.prices, else rsub.auto.prices in the configuration)")
+  app.add_option("--prices", prices_path,
+                 "The price sheet (TOML; default: rcost.prices, else rsub.auto.prices in the configuration)")
       ->type_name("FILE");
 
-  auto* report_cmd = tool.add_subcommand("report", "Usage and cost grouped by tenant, user, day, ... from job records and samples");
+  auto* report_cmd =
+      tool.add_subcommand("report", "Usage and cost grouped by tenant, user, day, ... from job records and samples");
   std::vector<std::string> files;
-  std::string by = "tenant", since, until, format, share = "weighted", slurm_backend = "slurm", capacity_backend = "local";
+  std::string by = "tenant", since, until, format, share = "weighted", slurm_backend = "slurm",
+              capacity_backend = "local";
   bool fail_over_budget = false, strict = false;
   unsigned threads = 0;
   report_cmd->add_option("files", files, "rkit.job.v1 and rkit.sample.v1 records, or sacct -P text (- for stdin)")
       ->type_name("FILE");
-  report_cmd->add_option("--by", by,
-                         "Group by these keys, comma-separated: tenant, user, project, gpu_type, backend, node, partition, "
-                         "state, job, day, month (default tenant)")
+  report_cmd
+      ->add_option("--by", by,
+                   "Group by these keys, comma-separated: tenant, user, project, gpu_type, backend, node, partition, "
+                   "state, job, day, month (default tenant)")
       ->type_name("KEYS");
-  report_cmd->add_option("--since", since, "Start of the window: 2026-11-01, 2026-11-01T08:00Z, @UNIX_SECONDS, today, or 7d ago (default: the first record)")
+  report_cmd
+      ->add_option("--since", since,
+                   "Start of the window: 2026-11-01, 2026-11-01T08:00Z, @UNIX_SECONDS, today, or 7d ago (default: the "
+                   "first record)")
       ->type_name("TIME");
   report_cmd->add_option("--until", until, "End of the window, same forms (default now); running jobs count up to it")
       ->type_name("TIME");
-  report_cmd->add_option("--format", format, "table, json, csv, focus (FinOps FOCUS CSV) or html (default table; --json and --csv also work)")
+  report_cmd
+      ->add_option("--format", format,
+                   "table, json, csv, focus (FinOps FOCUS CSV) or html (default table; --json and --csv also work)")
       ->check(CLI::IsMember({"table", "json", "csv", "focus", "html"}))
       ->type_name("FORMAT");
-  report_cmd->add_option("--share-idle", share, "Share unallocated capacity's cost by cost (weighted), evenly (even), or show it as an __idle__ row (none)")
+  report_cmd
+      ->add_option(
+          "--share-idle", share,
+          "Share unallocated capacity's cost by cost (weighted), evenly (even), or show it as an __idle__ row (none)")
       ->check(CLI::IsMember({"weighted", "even", "none"}))
       ->type_name("HOW");
-  report_cmd->add_flag("--fail-over-budget", fail_over_budget, "Exit 1 when a tenant's cost in the window is over its prorated monthly budget");
-  report_cmd->add_flag("--strict", strict, "Stop at the first bad record (exit 65) instead of counting and skipping it");
-  report_cmd->add_option("--slurm-backend", slurm_backend, "The price sheet backend that sacct jobs ran on (default slurm)")
+  report_cmd->add_flag("--fail-over-budget", fail_over_budget,
+                       "Exit 1 when a tenant's cost in the window is over its prorated monthly budget");
+  report_cmd->add_flag("--strict", strict,
+                       "Stop at the first bad record (exit 65) instead of counting and skipping it");
+  report_cmd
+      ->add_option("--slurm-backend", slurm_backend, "The price sheet backend that sacct jobs ran on (default slurm)")
       ->type_name("NAME");
-  report_cmd->add_option("--capacity-backend", capacity_backend,
-                         "The price sheet backend that prices a sampled host none of whose jobs is in the input (default local)")
+  report_cmd
+      ->add_option(
+          "--capacity-backend", capacity_backend,
+          "The price sheet backend that prices a sampled host none of whose jobs is in the input (default local)")
       ->type_name("NAME");
-  report_cmd->add_option("--threads", threads, "Threads that parse and sum (default: all usable cores)")->type_name("N");
+  report_cmd->add_option("--threads", threads, "Threads that parse and sum (default: all usable cores)")
+      ->type_name("N");
 
-  auto* perf_cmd = tool.add_subcommand("perf", "Price/performance of benchmark results (rkit.bench.v1) and training runs (rkit.train.event.v1)");
+  auto* perf_cmd = tool.add_subcommand(
+      "perf", "Price/performance of benchmark results (rkit.bench.v1) and training runs (rkit.train.event.v1)");
   std::vector<std::string> perf_files;
   std::string perf_backend = "local";
   perf_cmd->add_option("files", perf_files, "rbench and rtrain records (- for stdin)")->type_name("FILE");
-  perf_cmd->add_option("--backend", perf_backend, "The price sheet backend to price the benchmarked machine at (default local)")
+  perf_cmd
+      ->add_option("--backend", perf_backend,
+                   "The price sheet backend to price the benchmarked machine at (default local)")
       ->type_name("NAME");
 
   tool.add_subcommand("prices", "Show every rate of the price sheet, with how derived rates are computed");
@@ -126,7 +148,10 @@ int main(int argc, char** argv) {
   return tool.run(argc, argv, [&]() -> int {
     const CommonOptions& common = tool.options();
     if (*report_cmd) {
-      if (const char* flag = common.json ? "json" : common.csv ? "csv" : nullptr; flag && !format.empty() && format != flag)
+      if (const char* flag = common.json  ? "json"
+                             : common.csv ? "csv"
+                                          : nullptr;
+          flag && !format.empty() && format != flag)
         usage_error(fmt::format("--{} and --format {} exclude each other", flag, format));
       const double now = unix_now();
       ReportOptions ro;
@@ -147,7 +172,8 @@ int main(int argc, char** argv) {
       const PriceSheet sheet = prices_from(prices_path, tool, needs_money);
       if (!sheet.priced) {
         ro.budgets.clear();  // budgets are money
-        if (!common.quiet) warn("rcost", fmt::format("no price sheet: hours only, money left out ({})", kNoSheet), std::cerr);
+        if (!common.quiet)
+          warn("rcost", fmt::format("no price sheet: hours only, money left out ({})", kNoSheet), std::cerr);
       }
       ro.prices = &sheet;
       ReadOptions rd;
@@ -156,24 +182,33 @@ int main(int argc, char** argv) {
       rd.tenant_of_user = users_from(tool.config());
       rd.strict = strict;
       // Keep only what the report shows (FOCUS rows show it all).
-      auto keyed = [&](Key k) { return format == "focus" || std::find(ro.keys.begin(), ro.keys.end(), k) != ro.keys.end(); };
+      auto keyed = [&](Key k) {
+        return format == "focus" || std::find(ro.keys.begin(), ro.keys.end(), k) != ro.keys.end();
+      };
       rd.ids = keyed(Key::Job);
       rd.users = keyed(Key::User);
       rd.projects = keyed(Key::Project);
       rd.states = keyed(Key::State);
       OutputFormat fmt = common.json ? OutputFormat::Json : common.csv ? OutputFormat::Csv : OutputFormat::Table;
-      if (format == "json") fmt = OutputFormat::Json;
-      else if (format == "csv") fmt = OutputFormat::Csv;
-      else if (format == "focus") fmt = OutputFormat::Focus;
-      else if (format == "html") fmt = OutputFormat::Html;
-      else if (format == "table") fmt = OutputFormat::Table;
+      if (format == "json")
+        fmt = OutputFormat::Json;
+      else if (format == "csv")
+        fmt = OutputFormat::Csv;
+      else if (format == "focus")
+        fmt = OutputFormat::Focus;
+      else if (format == "html")
+        fmt = OutputFormat::Html;
+      else if (format == "table")
+        fmt = OutputFormat::Table;
       const Inputs inputs(inputs_or_stdin(files));
       if (fmt == OutputFormat::Focus || fmt == OutputFormat::Html) {
         // One row per job (FOCUS), several reports (HTML): these keep the records.
         const Dataset data = read_inputs(inputs, rd);
         report_bad(data, common.quiet);
-        if (fmt == OutputFormat::Focus) write_focus(std::cout, data, ro);
-        else write_html(std::cout, data, ro, ReadStats{data.lines, data.bad_count, data.ignored});
+        if (fmt == OutputFormat::Focus)
+          write_focus(std::cout, data, ro);
+        else
+          write_html(std::cout, data, ro, ReadStats{data.lines, data.bad_count, data.ignored});
         return 0;
       }
       Dataset totals;
@@ -208,9 +243,16 @@ int main(int argc, char** argv) {
                  {"PER", "unit"},
                  {"HOW", "derivation"}});
     for (const PriceLine& p : price_lines(sheet))
-      out.print(Json{{"schema", "rkit.cost.price.v1"}, {"backend", p.backend}, {"resource", p.resource}, {"gpu", p.gpu},
-                     {"market", p.market}, {"unit", p.unit}, {"list", p.list}, {"effective", p.effective},
-                     {"currency", sheet.currency}, {"derivation", p.derivation}});
+      out.print(Json{{"schema", "rkit.cost.price.v1"},
+                     {"backend", p.backend},
+                     {"resource", p.resource},
+                     {"gpu", p.gpu},
+                     {"market", p.market},
+                     {"unit", p.unit},
+                     {"list", p.list},
+                     {"effective", p.effective},
+                     {"currency", sheet.currency},
+                     {"derivation", p.derivation}});
     out.finish();
     return 0;
   });

@@ -79,7 +79,8 @@ std::vector<Column> columns(const Report& r) {
   const bool only_periods = std::all_of(r.key_names.begin(), r.key_names.end(),
                                         [](const std::string& k) { return k == "day" || k == "month"; });
   if (only_periods && std::any_of(r.rows.begin(), r.rows.end(), [](const Row& row) { return row.idle_row; }))
-    cols.push_back({"ROW", "idle", [](const Json& v) { return v.is_boolean() && v.get<bool>() ? "__idle__" : "jobs"; }});
+    cols.push_back(
+        {"ROW", "idle", [](const Json& v) { return v.is_boolean() && v.get<bool>() ? "__idle__" : "jobs"; }});
   const std::vector<Column> figures = {
       {"JOBS", "jobs"},
       {"GPU_H", "gpu_hours", hours},
@@ -100,7 +101,8 @@ std::vector<Column> columns(const Report& r) {
   const bool budgets = std::any_of(r.rows.begin(), r.rows.end(), [](const Row& row) { return row.budget.has_value(); });
   if (budgets) {
     cols.push_back({"BUDGET", "budget", cash});
-    cols.push_back({"OVER", "over_budget", [](const Json& v) { return v.is_boolean() ? (v.get<bool>() ? "OVER" : "ok") : "-"; }});
+    cols.push_back(
+        {"OVER", "over_budget", [](const Json& v) { return v.is_boolean() ? (v.get<bool>() ? "OVER" : "ok") : "-"; }});
   }
   return cols;
 }
@@ -158,8 +160,11 @@ Json summary_json(const Report& r, const ReadStats& stats, ShareIdle share) {
   j["capacity"]["memory_gib"] = mem;
   Json periods = Json::array();
   for (const PeriodCapacity& p : r.periods)
-    periods.push_back({{"period", p.label}, {"start_unix_s", p.start}, {"end_unix_s", p.end},
-                       {"gpu", capacity_json(r, p.gpu)}, {"cpu", capacity_json(r, p.cpu)}});
+    periods.push_back({{"period", p.label},
+                       {"start_unix_s", p.start},
+                       {"end_unix_s", p.end},
+                       {"gpu", capacity_json(r, p.gpu)},
+                       {"cpu", capacity_json(r, p.cpu)}});
   j["capacity_by_period"] = periods;
   Json budgets = Json::array();
   for (const TenantBudget& b : r.budgets)

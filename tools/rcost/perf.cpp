@@ -15,7 +15,8 @@ namespace {
 
 double number_at(const Json& rec, const char* key, const std::string& where) {
   const auto it = rec.find(key);
-  if (it == rec.end() || !it->is_number()) throw Error(Exit::DataErr, fmt::format("{}: \"{}\" must be a number", where, key));
+  if (it == rec.end() || !it->is_number())
+    throw Error(Exit::DataErr, fmt::format("{}: \"{}\" must be a number", where, key));
   return it->get<double>();
 }
 
@@ -31,7 +32,8 @@ struct Priced {
 };
 
 Priced price_gpus(const ResourcePrices& p, double gpus, const std::string& model) {
-  return {gpus * p.gpu_price(model), fmt::format("{:g} GPU{}{}", gpus, gpus == 1 ? "" : "s", model.empty() ? "" : " (" + model + ")")};
+  return {gpus * p.gpu_price(model),
+          fmt::format("{:g} GPU{}{}", gpus, gpus == 1 ? "" : "s", model.empty() ? "" : " (" + model + ")")};
 }
 
 Priced price_bench(const Json& rec, const ResourcePrices& p, const std::string& where) {
@@ -42,8 +44,10 @@ Priced price_bench(const Json& rec, const ResourcePrices& p, const std::string& 
     double gpus = 1;
     for (const char* k : {"gpus", "ranks"})
       if (params.contains(k) && params[k].is_number()) gpus = params[k].get<double>();
-    if (!(gpus >= 1 && gpus <= 1e7)) throw Error(Exit::DataErr, fmt::format("{}: the GPU count is out of range", where));
-    std::size_t index = params.contains("gpu") && params["gpu"].is_number_unsigned() ? params["gpu"].get<std::size_t>() : 0;
+    if (!(gpus >= 1 && gpus <= 1e7))
+      throw Error(Exit::DataErr, fmt::format("{}: the GPU count is out of range", where));
+    std::size_t index =
+        params.contains("gpu") && params["gpu"].is_number_unsigned() ? params["gpu"].get<std::size_t>() : 0;
     std::string model;
     if (host.contains("gpus") && host["gpus"].is_array() && index < host["gpus"].size())
       model = host["gpus"][index].value("name", std::string());
@@ -52,7 +56,8 @@ Priced price_bench(const Json& rec, const ResourcePrices& p, const std::string& 
   if (!host.contains("cores") || !host["cores"].is_number())
     throw Error(Exit::DataErr, fmt::format("{}: \"host.cores\" must be a number (an rbench record)", where));
   const double cores = host["cores"].get<double>();
-  const double memory = host.contains("memory_bytes") && host["memory_bytes"].is_number() ? host["memory_bytes"].get<double>() : 0;
+  const double memory =
+      host.contains("memory_bytes") && host["memory_bytes"].is_number() ? host["memory_bytes"].get<double>() : 0;
   if (!(cores >= 0 && cores <= 1e7) || !(memory >= 0 && memory <= 0x1p60))
     throw Error(Exit::DataErr, fmt::format("{}: \"host.cores\" or \"host.memory_bytes\" is out of range", where));
   return {p.hourly(cores, 0, "", static_cast<std::uint64_t>(memory)),
@@ -63,7 +68,8 @@ Priced price_bench(const Json& rec, const ResourcePrices& p, const std::string& 
 Priced price_train(const Json& rec, const ResourcePrices& p, const std::string& where) {
   const std::string device = text_at(rec, "device");
   const double world = number_at(rec, "world_size", where);
-  if (!(world >= 1 && world <= 1e7)) throw Error(Exit::DataErr, fmt::format("{}: \"world_size\" is out of range", where));
+  if (!(world >= 1 && world <= 1e7))
+    throw Error(Exit::DataErr, fmt::format("{}: \"world_size\" is out of range", where));
   std::smatch m;
   if (device.starts_with("cuda")) {
     std::regex_search(device, m, std::regex(R"(\((.*)\))"));
@@ -113,8 +119,12 @@ Json perf_record(const Json& rec, const ResourcePrices& prices, const std::strin
                     {"value", value},
                     {"unit", unit},
                     {"host", rec.value("host", Json::object()).value("hostname", std::string())}});
-    out.update(Json{{"backend", backend}, {"priced_as", priced.what}, {"hourly_cost", priced.hourly}, {"cost_per", cost},
-                    {"per", per}, {"currency", currency}});
+    out.update(Json{{"backend", backend},
+                    {"priced_as", priced.what},
+                    {"hourly_cost", priced.hourly},
+                    {"cost_per", cost},
+                    {"per", per},
+                    {"currency", currency}});
     return out;
   }
   if (schema.starts_with("rkit.train.event.v")) {
@@ -133,13 +143,14 @@ Json perf_record(const Json& rec, const ResourcePrices& prices, const std::strin
                     {"value", seconds},
                     {"unit", "s"},
                     {"host", ""}});
-    out.update(Json{{"backend", backend},
-                    {"priced_as", priced.what},
-                    {"hourly_cost", priced.hourly},
-                    {"cost_per", seconds.is_number() ? Json(priced.hourly * seconds.get<double>() / 3600) : Json(nullptr)},
-                    {"per", has_target ? "run to target" : "run"},
-                    {"currency", currency},
-                    {"per_million_samples", rate > 0 ? Json(priced.hourly / (rate * 3600) * 1e6) : Json(nullptr)}});
+    out.update(
+        Json{{"backend", backend},
+             {"priced_as", priced.what},
+             {"hourly_cost", priced.hourly},
+             {"cost_per", seconds.is_number() ? Json(priced.hourly * seconds.get<double>() / 3600) : Json(nullptr)},
+             {"per", has_target ? "run to target" : "run"},
+             {"currency", currency},
+             {"per_million_samples", rate > 0 ? Json(priced.hourly / (rate * 3600) * 1e6) : Json(nullptr)}});
     return out;
   }
   return Json();
@@ -149,15 +160,16 @@ int run_perf(const std::vector<std::string>& inputs, const PriceSheet& sheet, co
              std::ostream& out) {
   const ResourcePrices& prices = sheet.at(backend);
   auto money4 = [](const Json& v) { return v.is_number() ? fmt::format("{:.4g}", v.get<double>()) : "-"; };
-  Printer printer(out, format,
-                  {{"SUITE", "suite"},
-                   {"METRIC", "metric"},
-                   {"VALUE", "value", [](const Json& v) { return v.is_number() ? fmt::format("{:.4g}", v.get<double>()) : "-"; }},
-                   {"UNIT", "unit"},
-                   {"PRICED_AS", "priced_as"},
-                   {"HOURLY", "hourly_cost", money4},
-                   {"COST", "cost_per", money4},
-                   {"PER", "per"}});
+  Printer printer(
+      out, format,
+      {{"SUITE", "suite"},
+       {"METRIC", "metric"},
+       {"VALUE", "value", [](const Json& v) { return v.is_number() ? fmt::format("{:.4g}", v.get<double>()) : "-"; }},
+       {"UNIT", "unit"},
+       {"PRICED_AS", "priced_as"},
+       {"HOURLY", "hourly_cost", money4},
+       {"COST", "cost_per", money4},
+       {"PER", "per"}});
   std::uint64_t printed = 0, skipped = 0;
   for (const std::string& path : inputs) {
     JsonLinesReader in(path);
@@ -174,8 +186,10 @@ int run_perf(const std::vector<std::string>& inputs, const PriceSheet& sheet, co
   }
   printer.finish();
   if (printed == 0)
-    throw Error(Exit::DataErr, fmt::format("no rkit.bench.v1 results or rtrain summaries among the inputs ({} other records)", skipped),
-                "give rbench run --json output or rtrain run --json output");
+    throw Error(
+        Exit::DataErr,
+        fmt::format("no rkit.bench.v1 results or rtrain summaries among the inputs ({} other records)", skipped),
+        "give rbench run --json output or rtrain run --json output");
   return 0;
 }
 

@@ -83,17 +83,28 @@ SacctColumns sacct_columns(std::string_view header, const std::string& where) {
   for (std::size_t i = 0; i < names.size(); ++i) {
     const std::string_view n = names[i];
     const int at = static_cast<int>(i);
-    if (n == "JobID") c.job_id = at;
-    else if (n == "User") c.user = at;
-    else if (n == "Account") c.account = at;
-    else if (n == "Partition") c.partition = at;
-    else if (n == "State") c.state = at;
-    else if (n == "Submit") c.submit = at;
-    else if (n == "Eligible") c.eligible = at;
-    else if (n == "Start") c.start = at;
-    else if (n == "End") c.end = at;
-    else if (n == "AllocTRES") c.alloc_tres = at;
-    else if (n == "NodeList") c.node_list = at;
+    if (n == "JobID")
+      c.job_id = at;
+    else if (n == "User")
+      c.user = at;
+    else if (n == "Account")
+      c.account = at;
+    else if (n == "Partition")
+      c.partition = at;
+    else if (n == "State")
+      c.state = at;
+    else if (n == "Submit")
+      c.submit = at;
+    else if (n == "Eligible")
+      c.eligible = at;
+    else if (n == "Start")
+      c.start = at;
+    else if (n == "End")
+      c.end = at;
+    else if (n == "AllocTRES")
+      c.alloc_tres = at;
+    else if (n == "NodeList")
+      c.node_list = at;
   }
   std::string missing;
   auto need = [&](int col, const char* name) {
@@ -108,8 +119,9 @@ SacctColumns sacct_columns(std::string_view header, const std::string& where) {
   need(c.end, "End");
   need(c.alloc_tres, "AllocTRES");
   if (!missing.empty())
-    throw Error(Exit::DataErr, fmt::format("{}: sacct text lacks the field(s) {}", where, missing),
-                "use sacct -a -X -P --format=JobID,User,Account,Partition,State,Submit,Eligible,Start,End,AllocTRES,NodeList");
+    throw Error(
+        Exit::DataErr, fmt::format("{}: sacct text lacks the field(s) {}", where, missing),
+        "use sacct -a -X -P --format=JobID,User,Account,Partition,State,Submit,Eligible,Start,End,AllocTRES,NodeList");
   return c;
 }
 
@@ -255,7 +267,8 @@ Plan plan(const Input& in, unsigned threads) {
   std::size_t body = first;
   if (line[0] != '{') {
     if (line.find('|') == std::string_view::npos || line.find("JobID") == std::string_view::npos)
-      throw Error(Exit::DataErr, fmt::format("{}:{}: neither JSON Lines nor sacct -P text", in.name(), p.header_lines + 1),
+      throw Error(Exit::DataErr,
+                  fmt::format("{}:{}: neither JSON Lines nor sacct -P text", in.name(), p.header_lines + 1),
                   "rcost reads rkit.job.v1 and rkit.sample.v1 records, and `sacct -P` text with its header line");
     p.cols = sacct_columns(line, fmt::format("{}:{}", in.name(), p.header_lines + 1));
     p.kind = InputKind::Sacct;
@@ -305,9 +318,11 @@ void Inputs::stream(const ReadOptions& opt, const Digest& digest, const Take& ta
         },
         [&](std::size_t c, ChunkResult&& r) {
           for (auto& [line, why] : r.bad) {
-            if (opt.strict) throw Error(Exit::DataErr, fmt::format("{}:{}: {}", in.name(), line_base + line, why),
-                                        "without --strict, bad records are counted and skipped");
-            if (totals.bad.size() < kMaxBadKept) totals.bad.push_back({fmt::format("{}:{}", in.name(), line_base + line), why});
+            if (opt.strict)
+              throw Error(Exit::DataErr, fmt::format("{}:{}: {}", in.name(), line_base + line, why),
+                          "without --strict, bad records are counted and skipped");
+            if (totals.bad.size() < kMaxBadKept)
+              totals.bad.push_back({fmt::format("{}:{}", in.name(), line_base + line), why});
           }
           line_base += r.lines_in_chunk;
           totals.ignored += r.data.ignored;
@@ -320,10 +335,13 @@ void Inputs::stream(const ReadOptions& opt, const Digest& digest, const Take& ta
 
 Dataset read_inputs(const Inputs& inputs, const ReadOptions& opt) {
   Dataset all;
-  inputs.stream(opt, nullptr, [&](Dataset& chunk, std::unique_ptr<ChunkDigest>, std::uint64_t) { append(all, chunk); }, all);
+  inputs.stream(
+      opt, nullptr, [&](Dataset& chunk, std::unique_ptr<ChunkDigest>, std::uint64_t) { append(all, chunk); }, all);
   return all;
 }
 
-Dataset read_inputs(const std::vector<std::string>& paths, const ReadOptions& opt) { return read_inputs(Inputs(paths), opt); }
+Dataset read_inputs(const std::vector<std::string>& paths, const ReadOptions& opt) {
+  return read_inputs(Inputs(paths), opt);
+}
 
 }  // namespace rkit::rcost

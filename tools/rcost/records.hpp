@@ -15,9 +15,9 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <map>
-#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -63,7 +63,7 @@ struct Job {
 struct Sample {
   std::uint32_t host = 0;
   double end = 0, interval_s = 0;
-  double cpu_util = 0, gpu_util_mean = 0;  // 0..1
+  double cpu_util = 0, gpu_util_mean = 0;     // 0..1
   std::uint32_t cpus_at = 0, cpus_count = 0;  // per-CPU utilisation: Dataset::utils
   std::uint32_t gpus_at = 0, gpus_count = 0;  // per-GPU (index, util) pairs: Dataset::gpu_utils
   double memory_total_bytes = 0;
@@ -105,10 +105,10 @@ struct Dataset {
   std::vector<Job, UninitAllocator<Job>> jobs;
   std::vector<std::string> ids;  // each job's id ("12", "12_3", "slurm:1234"), when kept (ReadOptions::ids)
   std::vector<Sample> samples;
-  std::vector<std::uint32_t> units;                   // PU and GPU indices of jobs
-  std::vector<float> utils;                           // per-CPU utilisation of samples
+  std::vector<std::uint32_t> units;                        // PU and GPU indices of jobs
+  std::vector<float> utils;                                // per-CPU utilisation of samples
   std::vector<std::pair<std::uint32_t, float>> gpu_utils;  // (GPU index, util) of samples
-  std::vector<BadRecord> bad;                         // the first kMaxBadKept, in input order
+  std::vector<BadRecord> bad;                              // the first kMaxBadKept, in input order
   std::uint64_t bad_count = 0;
   std::uint64_t ignored = 0;  // known records a report does not use (bench, train events)
   std::uint64_t lines = 0;    // non-blank lines read
@@ -120,10 +120,10 @@ struct Dataset {
 inline constexpr std::size_t kMaxBadKept = 1000;
 
 struct ReadOptions {
-  unsigned threads = 0;                       // 0: all usable cores
-  std::string slurm_backend = "slurm";        // the backend `sacct` jobs ran on (price sheet)
+  unsigned threads = 0;                               // 0: all usable cores
+  std::string slurm_backend = "slurm";                // the backend `sacct` jobs ran on (price sheet)
   std::map<std::string, std::string> tenant_of_user;  // sacct: user → tenant (else Account)
-  bool strict = false;                        // the first bad record throws Error(DataErr)
+  bool strict = false;                                // the first bad record throws Error(DataErr)
   // What to keep of each job beyond what pricing and samples need (tenant, backend, GPU
   // type, host): a report keeps what its keys and format show; the rest is checked only.
   bool ids = true, users = true, projects = true, states = true;

@@ -78,7 +78,8 @@ class Input {
     while (at < size_) {
       const std::size_t to = std::min(size_, at + 4096);
       const char* p = bytes(at, to, window);
-      if (const void* nl = std::memchr(p, '\n', to - at)) return at + static_cast<std::size_t>(static_cast<const char*>(nl) - p) + 1;
+      if (const void* nl = std::memchr(p, '\n', to - at))
+        return at + static_cast<std::size_t>(static_cast<const char*>(nl) - p) + 1;
       at = to;
     }
     return size_;
@@ -135,7 +136,6 @@ struct ChunkResult {
 };
 
 enum class InputKind { Json, Sacct };
-
 
 // Parses the lines of bytes [from, to) of `in` into `out` (chunk.cpp).
 void parse_chunk(const Input& in, InputKind kind, const SacctColumns& cols, const ReadOptions& opt, std::size_t from,

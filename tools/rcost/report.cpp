@@ -22,9 +22,9 @@ namespace rkit::rcost {
 namespace {
 
 constexpr std::pair<Key, const char*> kKeyNames[] = {
-    {Key::Tenant, "tenant"},       {Key::User, "user"},   {Key::Project, "project"}, {Key::GpuType, "gpu_type"},
-    {Key::Backend, "backend"},     {Key::Node, "node"},   {Key::Partition, "partition"}, {Key::State, "state"},
-    {Key::Job, "job"},             {Key::Day, "day"},     {Key::Month, "month"}};
+    {Key::Tenant, "tenant"},   {Key::User, "user"}, {Key::Project, "project"},     {Key::GpuType, "gpu_type"},
+    {Key::Backend, "backend"}, {Key::Node, "node"}, {Key::Partition, "partition"}, {Key::State, "state"},
+    {Key::Job, "job"},         {Key::Day, "day"},   {Key::Month, "month"}};
 
 }  // namespace
 
@@ -49,16 +49,19 @@ std::vector<Key> parse_keys(const std::string& text) {
     const std::size_t comma = std::min(text.find(',', from), text.size());
     const std::string word = text.substr(from, comma - from);
     from = comma + 1;
-    const auto* it = std::find_if(std::begin(kKeyNames), std::end(kKeyNames), [&](auto& kn) { return word == kn.second; });
+    const auto* it =
+        std::find_if(std::begin(kKeyNames), std::end(kKeyNames), [&](auto& kn) { return word == kn.second; });
     if (it == std::end(kKeyNames)) {
       std::string all;
       for (auto [k, n] : kKeyNames) all += (all.empty() ? "" : ", ") + std::string(n);
       usage_error(fmt::format("--by: unknown key \"{}\" (keys: {})", word, all));
     }
-    if (std::find(keys.begin(), keys.end(), it->first) != keys.end()) usage_error(fmt::format("--by: \"{}\" given twice", word));
+    if (std::find(keys.begin(), keys.end(), it->first) != keys.end())
+      usage_error(fmt::format("--by: \"{}\" given twice", word));
     keys.push_back(it->first);
   }
-  const bool day = std::count(keys.begin(), keys.end(), Key::Day), month = std::count(keys.begin(), keys.end(), Key::Month);
+  const bool day = std::count(keys.begin(), keys.end(), Key::Day),
+             month = std::count(keys.begin(), keys.end(), Key::Month);
   if (day && month) usage_error("--by: day and month cannot be combined");
   return keys;
 }
@@ -109,9 +112,8 @@ double parse_time_arg(const std::string& text, double now, const std::string& op
       else if (std::sscanf(rest.c_str() + 1, "%2d:%2d%n", &tm.tm_hour, &tm.tm_min, &m) == 2)
         ok = static_cast<std::size_t>(m) + 1 == rest.size();
     }
-    const bool in_range = tm.tm_mon >= 1 && tm.tm_mon <= 12 && tm.tm_mday >= 1 && tm.tm_mday <= 31 &&
-                          tm.tm_hour >= 0 && tm.tm_hour < 24 && tm.tm_min >= 0 && tm.tm_min < 60 && tm.tm_sec >= 0 &&
-                          tm.tm_sec <= 60;
+    const bool in_range = tm.tm_mon >= 1 && tm.tm_mon <= 12 && tm.tm_mday >= 1 && tm.tm_mday <= 31 && tm.tm_hour >= 0 &&
+                          tm.tm_hour < 24 && tm.tm_min >= 0 && tm.tm_min < 60 && tm.tm_sec >= 0 && tm.tm_sec <= 60;
     if (ok && in_range) return utc_seconds(tm.tm_year, tm.tm_mon, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
   } else {
     try {
@@ -119,9 +121,10 @@ double parse_time_arg(const std::string& text, double now, const std::string& op
     } catch (const Error&) {
     }
   }
-  usage_error(fmt::format("{}: \"{}\" is not a time (2026-11-01, 2026-11-01T08:00Z, @UNIX_SECONDS, now, today, "
-                          "or a duration such as 7d meaning that long ago)",
-                          option, text));
+  usage_error(
+      fmt::format("{}: \"{}\" is not a time (2026-11-01, 2026-11-01T08:00Z, @UNIX_SECONDS, now, today, "
+                  "or a duration such as 7d meaning that long ago)",
+                  option, text));
 }
 
 // ------------------------------------------------------------------ prices
@@ -133,7 +136,8 @@ Rates job_rates(const PriceSheet& prices, const std::string& backend, const std:
   r.gpu = p.hourly(0, 1, gpu_type, 0);
   r.memory_gib = p.hourly(0, 0, "", 1ull << 30);
   const double effective = r.cpu + r.gpu + r.memory_gib;
-  const double list = p.list_hourly(1, 0, "", 0) + p.list_hourly(0, 1, gpu_type, 0) + p.list_hourly(0, 0, "", 1ull << 30);
+  const double list =
+      p.list_hourly(1, 0, "", 0) + p.list_hourly(0, 1, gpu_type, 0) + p.list_hourly(0, 0, "", 1ull << 30);
   r.list_factor = effective > 0 ? list / effective : 1;
   return r;
 }

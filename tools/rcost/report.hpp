@@ -44,7 +44,7 @@ struct ReportOptions {
   double until = 0;      // required: the end of the window (now, by default)
   const PriceSheet* prices = nullptr;
   ShareIdle share_idle = ShareIdle::Weighted;
-  std::map<std::string, double> budgets;  // tenant → monthly budget, in the sheet's currency
+  std::map<std::string, double> budgets;   // tenant → monthly budget, in the sheet's currency
   std::string capacity_backend = "local";  // prices a sampled host none of whose jobs is known
   unsigned threads = 1;
 };
@@ -62,7 +62,7 @@ std::unordered_map<std::uint32_t, HostFacts> host_facts(const std::vector<Sample
 std::unordered_map<std::uint32_t, HostFacts> host_facts(const Dataset& data, const std::string& fallback_backend);
 
 struct Row {
-  std::vector<std::string> keys;  // one value per report key (days as 2026-11-30)
+  std::vector<std::string> keys;        // one value per report key (days as 2026-11-30)
   double span_start = 0, span_end = 0;  // the row's time span within the window
   std::uint64_t jobs = 0;
   double gpu_hours = 0, core_hours = 0, memory_gib_hours = 0;
@@ -73,7 +73,7 @@ struct Row {
   double waste_cost = 0;
   double idle_cost = 0;  // this row's share of unallocated capacity
   double share = 0;      // of the report's total cost
-  Waits waits;  // queue waits, seconds, while the report is made
+  Waits waits;           // queue waits, seconds, while the report is made
   std::uint64_t wait_count = 0;
   std::optional<double> wait_p50, wait_p90, wait_p99;  // seconds; exact up to Waits::kExact waits, then within 0.5%
   std::optional<double> budget;
@@ -111,8 +111,8 @@ struct Report {
   Capacity gpu, cpu, memory;
   std::vector<PeriodCapacity> periods;  // periods with samples, in order
   std::string currency;
-  bool priced = true;           // false: no price sheet; the money figures are unknown
-  double since = 0, until = 0;  // the window
+  bool priced = true;                         // false: no price sheet; the money figures are unknown
+  double since = 0, until = 0;                // the window
   std::uint64_t jobs_read = 0, jobs_run = 0;  // jobs in the input; those with usage in the window
   std::uint64_t samples = 0;
   std::vector<TenantBudget> budgets;  // every tenant with a budget, over the whole window
@@ -137,9 +137,9 @@ inline constexpr double kDay = 86400;
 std::int64_t month_index(double unix_s);  // year × 12 + month from 0
 double month_start(std::int64_t month_index);
 std::pair<double, double> month_of(double unix_s);  // the month holding it: [start, end)
-std::string format_day(double unix_s);                // "2026-11-30"
-std::string format_month(double unix_s);              // "2026-11"
-std::string format_iso(double unix_s);                // "2026-11-30T00:00:00Z"
+std::string format_day(double unix_s);              // "2026-11-30"
+std::string format_month(double unix_s);            // "2026-11"
+std::string format_iso(double unix_s);              // "2026-11-30T00:00:00Z"
 // --since/--until text: a date or date and time (UTC; "2026-11-01", "2026-11-01T08:00",
 // "2026-11-01 08:00:00Z"), "@UNIX_SECONDS", "now", "today", or a duration meaning that
 // long before now ("7d"). Error(Usage) otherwise.

@@ -12,7 +12,9 @@ constexpr double kGamma = (1 + Waits::kAlpha) / (1 - Waits::kAlpha);
 constexpr double kTiny = 1e-6;  // seconds: smaller magnitudes count as zero
 const double kLogGamma = std::log(kGamma);
 
-std::int32_t bucket_of(double magnitude) { return static_cast<std::int32_t>(std::ceil(std::log(magnitude) / kLogGamma)); }
+std::int32_t bucket_of(double magnitude) {
+  return static_cast<std::int32_t>(std::ceil(std::log(magnitude) / kLogGamma));
+}
 double middle_of(std::int32_t i) { return 2 * std::pow(kGamma, i) / (kGamma + 1); }
 
 // Percentile q of v, linear between ranks; reorders v. O(n).
@@ -40,9 +42,12 @@ void Waits::Buckets::add(std::int32_t i, std::uint64_t n) {
 }
 
 void Waits::count_in(double v, std::uint64_t n) {
-  if (std::fabs(v) < kTiny) zeros_ += n;
-  else if (v > 0) positive_.add(bucket_of(v), n);
-  else negative_.add(bucket_of(-v), n);
+  if (std::fabs(v) < kTiny)
+    zeros_ += n;
+  else if (v > 0)
+    positive_.add(bucket_of(v), n);
+  else
+    negative_.add(bucket_of(-v), n);
 }
 
 void Waits::to_sketch() {
@@ -73,9 +78,11 @@ void Waits::merge(const Waits& other) {
   for (double v : other.exact_) count_in(v, 1);
   zeros_ += other.zeros_;
   for (std::size_t i = 0; i < other.positive_.counts.size(); ++i)
-    if (other.positive_.counts[i]) positive_.add(other.positive_.base + static_cast<std::int32_t>(i), other.positive_.counts[i]);
+    if (other.positive_.counts[i])
+      positive_.add(other.positive_.base + static_cast<std::int32_t>(i), other.positive_.counts[i]);
   for (std::size_t i = 0; i < other.negative_.counts.size(); ++i)
-    if (other.negative_.counts[i]) negative_.add(other.negative_.base + static_cast<std::int32_t>(i), other.negative_.counts[i]);
+    if (other.negative_.counts[i])
+      negative_.add(other.negative_.base + static_cast<std::int32_t>(i), other.negative_.counts[i]);
 }
 
 double Waits::ranked(std::uint64_t rank) const {

@@ -23,10 +23,13 @@ namespace {
 // The submit flags, on `rsub` itself (rsub [opts] -- CMD) and on `rsub submit`.
 void add_submit_options(CLI::App* app, rkit::rsub::SpecOverrides& o, bool& dry_run) {
   app->add_option("-n,--name", o.name, "Job name (default: the command's name)")->type_name("NAME");
-  app->add_option("-t,--tenant", o.tenant, "Tenant (desk) charged (default: from rsub.users, else the user)")->type_name("T");
+  app->add_option("-t,--tenant", o.tenant, "Tenant (desk) charged (default: from rsub.users, else the user)")
+      ->type_name("T");
   app->add_option("--project", o.project, "Project label, for cost reports")->type_name("P");
   app->add_option("-C,--workdir", o.workdir, "Working directory (default: the current one)")->type_name("DIR");
-  app->add_option("-e,--env", o.env, "Set an environment variable (repeatable)")->type_name("K=V")->allow_extra_args(false);
+  app->add_option("-e,--env", o.env, "Set an environment variable (repeatable)")
+      ->type_name("K=V")
+      ->allow_extra_args(false);
   app->add_option("--tasks", o.tasks, "Tasks, started together (gang)")->type_name("N");
   app->add_option("-N,--nodes", o.nodes, "Nodes the tasks spread over (Slurm)")->type_name("N");
   app->add_option("-c,--cpus-per-task", o.cpus_per_task, "Cores per task")->type_name("N");
@@ -41,13 +44,13 @@ void add_submit_options(CLI::App* app, rkit::rsub::SpecOverrides& o, bool& dry_r
   app->add_option("-d,--depends", o.depends, "Dependency (afterok|afterany|afternotok:ID[:ID...])")
       ->type_name("DEP")
       ->allow_extra_args(false);
-  app->add_flag("--hold", [&o](std::int64_t) { o.hold = true; }, "Submit held (rsub release starts it)");
+  app->add_flag(
+      "--hold", [&o](std::int64_t) { o.hold = true; }, "Submit held (rsub release starts it)");
   app->add_option("-b,--backend", o.backend, "Where it runs: local, a configured backend's name, or auto")
       ->type_name("B");
   app->add_option("-p,--partition", o.partition, "Slurm partition (default: the backend's)")->type_name("P");
   app->add_option("--qos", o.qos, "Slurm QOS (default: the backend's)")->type_name("Q");
-  app->add_option("-A,--account", o.account, "Slurm account (default: the tenant's, from the backend)")
-      ->type_name("A");
+  app->add_option("-A,--account", o.account, "Slurm account (default: the tenant's, from the backend)")->type_name("A");
   app->add_option("--image", o.image, "Container image (Kubernetes; default: the backend's)")->type_name("IMAGE");
   app->add_flag("--dry-run", dry_run, "Print the job record; store nothing");
 }
@@ -71,7 +74,8 @@ int call_daemon(const rkit::rsub::Settings& settings, const std::string& exe, co
   const uid_t who = settings.shared() ? 0 : ::geteuid();  // only root can start jobs as their users
   int fd = connect_daemon(path, who);
   if (fd < 0 && settings.shared())
-    throw Error(Exit::Unavailable, fmt::format("the shared rsub daemon does not answer on {}: {}", path, std::strerror(errno)),
+    throw Error(Exit::Unavailable,
+                fmt::format("the shared rsub daemon does not answer on {}: {}", path, std::strerror(errno)),
                 "nothing was done; an admin starts it (rsub(1), SERVICE)");
   if (fd < 0 && errno != ENOENT && errno != ECONNREFUSED)  // EACCES: another user's daemon
     throw Error(errno == EACCES ? Exit::NoPerm : Exit::Unavailable,
@@ -82,7 +86,8 @@ int call_daemon(const rkit::rsub::Settings& settings, const std::string& exe, co
     for (int wait_us = 500; fd < 0; wait_us = std::min(wait_us * 2, 20000)) {
       static const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
       if (std::chrono::steady_clock::now() > deadline)
-        throw Error(Exit::Unavailable, "the rsub daemon did not start within 10 s", "see " + settings.dir + "/daemon.log");
+        throw Error(Exit::Unavailable, "the rsub daemon did not start within 10 s",
+                    "see " + settings.dir + "/daemon.log");
       ::usleep(static_cast<useconds_t>(wait_us));
       fd = connect_daemon(path, who);
     }
@@ -188,7 +193,8 @@ int main(int argc, char** argv) {
     // (`rsub submit -n x -- cmd args`) the command's first word lands in `spec`: it was
     // when that word is the first after `--` and appears nowhere before it.
     if (*submit_cmd && !spec_file.empty()) {
-      const auto dashes = std::find_if(argv + 1, argv + argc, [](const char* a) { return std::string_view(a) == "--"; });
+      const auto dashes =
+          std::find_if(argv + 1, argv + argc, [](const char* a) { return std::string_view(a) == "--"; });
       if (dashes + 1 < argv + argc && spec_file == dashes[1] &&
           std::find_if(argv + 1, dashes, [&](const char* a) { return spec_file == a; }) == dashes) {
         over.command.insert(over.command.begin(), spec_file);
@@ -201,7 +207,8 @@ int main(int argc, char** argv) {
     const Settings settings = load_settings(tool.config());
     if (*daemon_cmd) {
       if (!foreground && !once) {
-        if (settings.shared()) usage_error("a shared daemon is started by its service manager: rsub daemon --foreground");
+        if (settings.shared())
+          usage_error("a shared daemon is started by its service manager: rsub daemon --foreground");
         start_daemon(self_exe(), tool.config().path, settings.dir);
         return 0;
       }

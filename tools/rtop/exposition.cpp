@@ -17,7 +17,8 @@ std::size_t utf8_length(std::string_view s, std::size_t i) {
   if (c < 0x80) return 1;
   std::size_t n;
   unsigned char lo = 0x80, hi = 0xbf;  // the second byte's range
-  if (c >= 0xc2 && c <= 0xdf) n = 2;
+  if (c >= 0xc2 && c <= 0xdf)
+    n = 2;
   else if (c >= 0xe0 && c <= 0xef) {
     n = 3;
     if (c == 0xe0) lo = 0xa0;  // overlong
@@ -41,10 +42,14 @@ std::string escape(std::string_view in, bool quotes) {
   out.reserve(in.size());
   for (std::size_t i = 0; i < in.size();) {
     const char c = in[i];
-    if (c == '\\') out += "\\\\";
-    else if (c == '\n') out += "\\n";
-    else if (c == '"' && quotes) out += "\\\"";
-    else if (static_cast<unsigned char>(c) < 0x80) out += c;
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '\n')
+      out += "\\n";
+    else if (c == '"' && quotes)
+      out += "\\\"";
+    else if (static_cast<unsigned char>(c) < 0x80)
+      out += c;
     else {
       const std::size_t n = utf8_length(in, i);
       if (n == 0) {

@@ -14,19 +14,22 @@
 int main(int argc, char** argv) {
   using namespace rkit;
   using namespace rkit::rtop;
-  Tool tool("rtop",
-            "Probe the machine's topology: CPUs, NUMA, caches, GPUs, NICs, links; place ranks; sample usage; serve metrics");
+  Tool tool(
+      "rtop",
+      "Probe the machine's topology: CPUs, NUMA, caches, GPUs, NICs, links; place ranks; sample usage; serve metrics");
   CLI::App& app = tool.app();
   ProbeOptions probe_opt;
   std::string input, synthetic, gpus;
-  app.add_option("--input", input, "Read an hwloc XML topology (e.g. from lstopo --of xml; - for stdin) instead of this machine")
+  app.add_option("--input", input,
+                 "Read an hwloc XML topology (e.g. from lstopo --of xml; - for stdin) instead of this machine")
       ->type_name("FILE");
   app.add_option("--synthetic", synthetic, "Use a synthetic hwloc topology, e.g. \"pack:2 numa:2 core:8 pu:2\"")
       ->type_name("DESC")
       ->excludes("--input");
   app.add_option("--gpus", gpus, "Add GPUs from a JSON fixture (rkit.gpu_fixture.v1), for planning and tests")
       ->type_name("FILE");
-  app.add_flag("--no-nvml", [&](std::int64_t) { probe_opt.use_nvml = false; }, "Do not load NVML");
+  app.add_flag(
+      "--no-nvml", [&](std::int64_t) { probe_opt.use_nvml = false; }, "Do not load NVML");
 
   auto* matrix = tool.add_subcommand("matrix", "Print the GPU/NIC link matrix with CPU and NUMA affinity");
 
@@ -38,13 +41,15 @@ int main(int argc, char** argv) {
   place_cmd->add_option("--cpus-per-rank", cpus_per_rank, "Cores per rank (default: an equal share of all cores)")
       ->type_name("C");
   place_cmd->add_option("--gpus-per-rank", req.gpus_per_rank, "GPUs per rank (default 0)")->type_name("G");
-  place_cmd->add_option("--policy", policy, "pack fills NUMA nodes in order; spread deals ranks over them (default pack)")
+  place_cmd
+      ->add_option("--policy", policy, "pack fills NUMA nodes in order; spread deals ranks over them (default pack)")
       ->check(CLI::IsMember({"pack", "spread"}));
 
   auto* sample_cmd = tool.add_subcommand("sample", "Print rkit.sample.v1 records: CPU, memory, load and GPU usage");
   std::string interval = "1s";
   std::int64_t count = 0;
-  sample_cmd->add_option("--interval", interval, "Time between samples, at most 1d (default 1s)")->type_name("DURATION");
+  sample_cmd->add_option("--interval", interval, "Time between samples, at most 1d (default 1s)")
+      ->type_name("DURATION");
   sample_cmd->add_option("--count", count, "Number of samples (default: until interrupted)")->type_name("N");
 
   auto* serve_cmd = tool.add_subcommand(
@@ -53,7 +58,9 @@ int main(int argc, char** argv) {
   bool no_queue = false;
   serve_cmd->add_option("--listen", listen, "Address to listen on (default 127.0.0.1:9464; port 0: any free port)")
       ->type_name("HOST:PORT");
-  serve_cmd->add_option("--prices", prices, "Price sheet for the cost per tenant (default: rcost.prices, else rsub.auto.prices)")
+  serve_cmd
+      ->add_option("--prices", prices,
+                   "Price sheet for the cost per tenant (default: rcost.prices, else rsub.auto.prices)")
       ->type_name("FILE");
   serve_cmd->add_option("--interval", window, "Window of the CPU utilisation gauge, at most 1d (default 5s)")
       ->type_name("DURATION");
@@ -119,8 +126,10 @@ int main(int argc, char** argv) {
     }
     if (opts.format() == Format::Csv)
       usage_error("the topology record has no CSV form: use --json, or --csv with matrix, place or sample");
-    if (opts.format() == Format::Table) print_summary(topo, std::cout);
-    else std::cout << to_json_line(topo.to_json()) << '\n';
+    if (opts.format() == Format::Table)
+      print_summary(topo, std::cout);
+    else
+      std::cout << to_json_line(topo.to_json()) << '\n';
     return 0;
   });
 }

@@ -32,7 +32,8 @@ void print_summary(const Topology& t, std::ostream& out) {
   std::string caches;
   for (const auto& c : t.caches) {
     std::string kind = c.type == "data" ? "d" : c.type == "instruction" ? "i" : "";
-    caches += fmt::format("{}L{}{} {} ×{}", caches.empty() ? "" : ", ", c.level, kind, format_bytes(c.size_bytes), c.count);
+    caches +=
+        fmt::format("{}L{}{} {} ×{}", caches.empty() ? "" : ", ", c.level, kind, format_bytes(c.size_bytes), c.count);
   }
   out << fmt::format("caches    {}\n", caches.empty() ? "-" : caches);
   out << "numa\n";
@@ -62,10 +63,15 @@ Json matrix_json(const Topology& t) {
   // Devices: GPUs then NICs, labelled as nvidia-smi does.
   Json devices = Json::array();
   for (const auto& g : t.gpus)
-    devices.push_back({{"label", fmt::format("GPU{}", g.index)}, {"kind", "gpu"}, {"name", g.name},
-                       {"cpus", format_cpu_list(g.cpus)}, {"numa_node", g.numa_node ? Json(*g.numa_node) : Json(nullptr)}});
+    devices.push_back({{"label", fmt::format("GPU{}", g.index)},
+                       {"kind", "gpu"},
+                       {"name", g.name},
+                       {"cpus", format_cpu_list(g.cpus)},
+                       {"numa_node", g.numa_node ? Json(*g.numa_node) : Json(nullptr)}});
   for (std::size_t i = 0; i < t.nics.size(); ++i)
-    devices.push_back({{"label", fmt::format("NIC{}", i)}, {"kind", "nic"}, {"name", t.nics[i].name},
+    devices.push_back({{"label", fmt::format("NIC{}", i)},
+                       {"kind", "nic"},
+                       {"name", t.nics[i].name},
                        {"cpus", format_cpu_list(t.nics[i].cpus)},
                        {"numa_node", t.nics[i].numa_node ? Json(*t.nics[i].numa_node) : Json(nullptr)}});
   const std::size_t g = t.gpus.size(), n = devices.size();
@@ -90,7 +96,8 @@ void print_matrix(const Json& m, Format format, std::ostream& out) {
   }
   // One row per device: its label, a cell per device, then its CPU and NUMA affinity.
   std::vector<Column> columns{{"", "device"}};
-  for (const auto& d : devs) columns.push_back({d["label"].get<std::string>(), "/links/" + d["label"].get<std::string>()});
+  for (const auto& d : devs)
+    columns.push_back({d["label"].get<std::string>(), "/links/" + d["label"].get<std::string>()});
   columns.push_back({"CPU Affinity", "cpus"});
   columns.push_back({"NUMA Affinity", "numa_node"});
   if (format == Format::Csv) {
@@ -104,13 +111,16 @@ void print_matrix(const Json& m, Format format, std::ostream& out) {
   {
     Printer printer(out, format, columns);
     for (std::size_t i = 0; i < devs.size(); ++i) {
-      Json row{{"device", devs[i]["label"]}, {"links", Json::object()}, {"cpus", devs[i]["cpus"]},
+      Json row{{"device", devs[i]["label"]},
+               {"links", Json::object()},
+               {"cpus", devs[i]["cpus"]},
                {"numa_node", devs[i]["numa_node"]}};
       if (format == Format::Table) {  // as nvidia-smi shows unknown affinities
         if (row["cpus"] == "") row["cpus"] = "-";
         if (row["numa_node"].is_null()) row["numa_node"] = "N/A";
       }
-      for (std::size_t j = 0; j < devs.size(); ++j) row["links"][devs[j]["label"].get<std::string>()] = m["links"][i][j];
+      for (std::size_t j = 0; j < devs.size(); ++j)
+        row["links"][devs[j]["label"].get<std::string>()] = m["links"][i][j];
       printer.print(row);
     }
   }
@@ -118,7 +128,8 @@ void print_matrix(const Json& m, Format format, std::ostream& out) {
   out << "\nLegend:\n\n"
          "  X    = Self\n"
          "  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes\n"
-         "  NODE = Connection traversing PCIe as well as the interconnect between PCIe host bridges within a NUMA node\n"
+         "  NODE = Connection traversing PCIe as well as the interconnect between PCIe host bridges within a NUMA "
+         "node\n"
          "  PHB  = Connection traversing PCIe as well as a PCIe host bridge (typically the CPU)\n"
          "  PXB  = Connection traversing multiple PCIe bridges (without traversing the PCIe host bridge)\n"
          "  PIX  = Connection traversing at most a single PCIe bridge\n"
@@ -133,8 +144,8 @@ void print_matrix(const Json& m, Format format, std::ostream& out) {
 }
 
 std::vector<Column> placement_columns() {
-  return {{"RANK", "rank"}, {"NUMA", "numa_node"}, {"CORES", "cores"}, {"CPUS", "cpuset"},
-          {"GPUS", "gpus"}, {"NIC", "nic"}, {"LOCAL", "numa_local"}};
+  return {{"RANK", "rank"}, {"NUMA", "numa_node"}, {"CORES", "cores"},     {"CPUS", "cpuset"},
+          {"GPUS", "gpus"}, {"NIC", "nic"},        {"LOCAL", "numa_local"}};
 }
 
 std::vector<Column> sample_columns() {
@@ -147,9 +158,12 @@ std::vector<Column> sample_columns() {
     localtime_r(&t, &tm);
     return fmt::format("{:02}:{:02}:{:02}", tm.tm_hour, tm.tm_min, tm.tm_sec);
   };
-  return {{"TIME", "time_unix_s", clock},           {"CPU", "cpu_util", pct},
-          {"MEM_USED", "memory_used_bytes", bytes},   {"MEM_TOTAL", "memory_total_bytes", bytes},
-          {"LOAD1", "load_1m"},                       {"GPU_UTIL", "gpu_util_mean", pct},
+  return {{"TIME", "time_unix_s", clock},
+          {"CPU", "cpu_util", pct},
+          {"MEM_USED", "memory_used_bytes", bytes},
+          {"MEM_TOTAL", "memory_total_bytes", bytes},
+          {"LOAD1", "load_1m"},
+          {"GPU_UTIL", "gpu_util_mean", pct},
           {"GPU_POWER", "gpu_power_w_total", watts}};
 }
 

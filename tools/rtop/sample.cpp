@@ -126,9 +126,12 @@ Json Sampler::next(double interval_s) {
         names_.resize(static_cast<std::size_t>(i) + 1);
         names_[static_cast<std::size_t>(i)] = d ? Json(d->name) : Json(nullptr);
       }
-      gpus.push_back({{"index", gpus.size()}, {"name", names_[static_cast<std::size_t>(i)]}, {"util", opt(u->util)},
+      gpus.push_back({{"index", gpus.size()},
+                      {"name", names_[static_cast<std::size_t>(i)]},
+                      {"util", opt(u->util)},
                       {"memory_used_bytes", opt(u->memory_used_bytes)},
-                      {"memory_total_bytes", opt(u->memory_total_bytes)}, {"power_w", opt(u->power_w)}});
+                      {"memory_total_bytes", opt(u->memory_total_bytes)},
+                      {"power_w", opt(u->power_w)}});
     }
   }
   j["gpus"] = gpus;

@@ -1,14 +1,15 @@
 #include "serve.hpp"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <httplib.h>
-#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <toml++/toml.h>
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -18,7 +19,6 @@
 #include <filesystem>
 #include <iostream>
 #include <sstream>
-#include <toml++/toml.h>
 
 #include "rkit/error.hpp"
 #include "rkit/file.hpp"
@@ -72,7 +72,8 @@ ListenAddress parse_listen(std::string_view text) {
     if (out.host.empty()) out.host = "0.0.0.0";
     port = text.substr(colon + 1);
   }
-  if (port.empty() || port.size() > 5 || !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; }))
+  if (port.empty() || port.size() > 5 ||
+      !std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; }))
     throw bad("the port must be a number from 0 to 65535");
   out.port = std::stoi(std::string(port));
   if (out.port > 65535) throw bad("the port must be a number from 0 to 65535");
@@ -99,19 +100,26 @@ NodeReading read_node(const std::string& proc_stat, const std::string& meminfo, 
 std::vector<MetricFamily> node_families(const NodeReading& node) {
   using T = MetricType;
   std::vector<MetricFamily> out;
-  out.push_back({"rkit_node_cpus", "Online CPUs (hardware threads) of this node, as /proc/stat lists them.", T::Gauge, {}});
+  out.push_back(
+      {"rkit_node_cpus", "Online CPUs (hardware threads) of this node, as /proc/stat lists them.", T::Gauge, {}});
   out.back().add(static_cast<double>(node.cpus));
-  out.push_back({"rkit_node_cpu_seconds_total",
-                 "CPU time of all CPUs together since boot, from /proc/stat: mode busy, or idle (which includes iowait).",
-                 T::Counter, {}});
+  out.push_back(
+      {"rkit_node_cpu_seconds_total",
+       "CPU time of all CPUs together since boot, from /proc/stat: mode busy, or idle (which includes iowait).",
+       T::Counter,
+       {}});
   out.back().add(node.cpu_busy_s, {{"mode", "busy"}}).add(node.cpu_idle_s, {{"mode", "idle"}});
   out.push_back({"rkit_node_cpu_utilization_ratio",
-                 "Share of all CPU time that was busy over the last window of rtop serve --interval, 0 to 1.", T::Gauge, {}});
+                 "Share of all CPU time that was busy over the last window of rtop serve --interval, 0 to 1.",
+                 T::Gauge,
+                 {}});
   if (node.cpu_utilization) out.back().add(*node.cpu_utilization);
   out.push_back({"rkit_node_memory_total_bytes", "Memory of this node (MemTotal of /proc/meminfo).", T::Gauge, {}});
   out.back().add(static_cast<double>(node.memory_total_bytes));
   out.push_back({"rkit_node_memory_available_bytes",
-                 "Memory available for new work without swapping (MemAvailable of /proc/meminfo).", T::Gauge, {}});
+                 "Memory available for new work without swapping (MemAvailable of /proc/meminfo).",
+                 T::Gauge,
+                 {}});
   out.back().add(static_cast<double>(node.memory_available_bytes));
   out.push_back({"rkit_node_load1", "Load average over 1 minute (/proc/loadavg).", T::Gauge, {}});
   out.back().add(node.load1);
@@ -127,20 +135,26 @@ std::vector<MetricFamily> node_families(const NodeReading& node) {
 std::vector<MetricFamily> gpu_families(bool nvml_loaded, const std::vector<GpuReading>& gpus) {
   using T = MetricType;
   std::vector<MetricFamily> out;
-  out.push_back({"rkit_nvml_up", "1 when NVML is loaded, so that GPUs are reported, else 0 (no NVIDIA driver, or --no-nvml).",
-                 T::Gauge, {}});
+  out.push_back({"rkit_nvml_up",
+                 "1 when NVML is loaded, so that GPUs are reported, else 0 (no NVIDIA driver, or --no-nvml).",
+                 T::Gauge,
+                 {}});
   out.back().add(nvml_loaded ? 1 : 0);
   MetricFamily util{"rkit_gpu_utilization_ratio",
                     "Share of the last sample period in which a kernel ran on the GPU, 0 to 1 (DCGM_FI_DEV_GPU_UTIL, a "
                     "percentage there).",
-                    T::Gauge, {}};
+                    T::Gauge,
+                    {}};
   MetricFamily used{"rkit_gpu_memory_used_bytes", "GPU memory in use (DCGM_FI_DEV_FB_USED, MiB there).", T::Gauge, {}};
   MetricFamily free{"rkit_gpu_memory_free_bytes", "GPU memory free (DCGM_FI_DEV_FB_FREE, MiB there).", T::Gauge, {}};
-  MetricFamily total{"rkit_gpu_memory_total_bytes", "GPU memory in all (DCGM_FI_DEV_FB_TOTAL, MiB there).", T::Gauge, {}};
+  MetricFamily total{
+      "rkit_gpu_memory_total_bytes", "GPU memory in all (DCGM_FI_DEV_FB_TOTAL, MiB there).", T::Gauge, {}};
   MetricFamily power{"rkit_gpu_power_watts", "Power the GPU draws (DCGM_FI_DEV_POWER_USAGE).", T::Gauge, {}};
-  MetricFamily energy{"rkit_gpu_energy_joules_total",
-                      "Energy the GPU used since the driver was loaded (DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, mJ there).",
-                      T::Counter, {}};
+  MetricFamily energy{
+      "rkit_gpu_energy_joules_total",
+      "Energy the GPU used since the driver was loaded (DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION, mJ there).",
+      T::Counter,
+      {}};
   for (const GpuReading& g : gpus) {
     Labels labels{{"gpu", std::to_string(g.index)}};
     if (!g.uuid.empty()) labels.emplace_back("uuid", g.uuid);
@@ -203,15 +217,20 @@ QueueSummary summarize_queue(const std::vector<Json>& jobs, double now_s, const 
 
 std::vector<MetricFamily> queue_families(const QueueSummary& queue, const PriceSheet* prices) {
   using T = MetricType;
-  MetricFamily jobs{"rkit_queue_jobs", "Jobs in the local rsub queue, by tenant and state (pending includes held jobs).",
-                    T::Gauge, {}};
+  MetricFamily jobs{"rkit_queue_jobs",
+                    "Jobs in the local rsub queue, by tenant and state (pending includes held jobs).",
+                    T::Gauge,
+                    {}};
   MetricFamily cpus{"rkit_queue_cpus", "Cores the tenant's jobs ask for (pending) or hold (running).", T::Gauge, {}};
   MetricFamily gpus{"rkit_queue_gpus", "GPUs the tenant's jobs ask for (pending) or hold (running).", T::Gauge, {}};
   MetricFamily age{"rkit_queue_oldest_pending_age_seconds",
-                   "Time since the submission of the tenant's oldest pending job; absent when none pends.", T::Gauge, {}};
+                   "Time since the submission of the tenant's oldest pending job; absent when none pends.",
+                   T::Gauge,
+                   {}};
   MetricFamily cost{"rkit_tenant_cost_per_hour",
                     "What the tenant's running jobs cost per hour at the price sheet's rates, in its currency.",
-                    T::Gauge, {}};
+                    T::Gauge,
+                    {}};
   for (const auto& [tenant, t] : queue.tenants) {
     for (const char* state : {"pending", "running"}) {
       const bool p = state[0] == 'p';
@@ -230,7 +249,6 @@ std::vector<MetricFamily> queue_families(const QueueSummary& queue, const PriceS
 }
 
 // --- options ----------------------------------------------------------------------------
-
 
 std::optional<PriceSheet> serve_prices(const Config& config, const std::optional<std::string>& flag) {
   std::string path;
@@ -271,8 +289,8 @@ Exporter::~Exporter() {
 
 void Exporter::cpu_window_loop() {
   std::optional<CpuTimes> last;
-  const auto window = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-      std::chrono::duration<double>(opt_.cpu_window_s));
+  const auto window =
+      std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(opt_.cpu_window_s));
   std::unique_lock<std::mutex> lock(cpu_mutex_);
   for (;;) {
     try {
@@ -340,8 +358,10 @@ std::string Exporter::scrape(std::optional<double> timeout_s) {
   const auto add = [&](std::vector<MetricFamily> more) {
     for (auto& f : more) families.push_back(std::move(f));
   };
-  families.push_back({"rkit_build_info", "The rtop that serves these metrics: version and git revision; always 1.",
-                      MetricType::Gauge, {}});
+  families.push_back({"rkit_build_info",
+                      "The rtop that serves these metrics: version and git revision; always 1.",
+                      MetricType::Gauge,
+                      {}});
   families.back().add(1, {{"version", kVersion}, {"revision", kGitRevision}});
 
   try {
@@ -393,8 +413,8 @@ std::string Exporter::scrape(std::optional<double> timeout_s) {
         error = e.what();
       }
     }
-    families.push_back({"rkit_queue_up", "1 when the local rsub job store was read at this scrape, else 0.",
-                        MetricType::Gauge, {}});
+    families.push_back(
+        {"rkit_queue_up", "1 when the local rsub job store was read at this scrape, else 0.", MetricType::Gauge, {}});
     families.back().add(summary ? 1 : 0);
     if (summary) {
       add(queue_families(*summary, opt_.prices ? &*opt_.prices : nullptr));
@@ -409,7 +429,8 @@ std::string Exporter::scrape(std::optional<double> timeout_s) {
   families.push_back({"rkit_scrape_errors_total",
                       "Scrapes at which a source could not be read (node: /proc; queue: rsub ls; prices: a running job "
                       "the price sheet cannot price); that source's metrics were left out.",
-                      MetricType::Counter, {}});
+                      MetricType::Counter,
+                      {}});
   for (const auto& [source, n] : errors_) families.back().add(n, {{"source", source}});
   return render_exposition(families);
 }
@@ -532,8 +553,7 @@ ClientConnection::Stage ClientConnection::advance(Clock::time_point now) {
       return stage_;
     }
     case Stage::Answering:
-    case Stage::Done:
-      return stage_;
+    case Stage::Done: return stage_;
   }
   return stage_;
 }
@@ -717,12 +737,9 @@ Error bind_error(const ListenAddress& l, int err) {
     case EACCES:
     case EPERM:
       return Error(Exit::NoPerm, what + ": permission denied", "ports below 1024 need root or CAP_NET_BIND_SERVICE");
-    case EADDRNOTAVAIL:
-      return Error(Exit::Usage, what + ": not an address of this machine");
-    case 0:
-      return Error(Exit::Unavailable, what + ": cannot listen there");
-    default:
-      return Error(Exit::Unavailable, fmt::format("{}: {}", what, std::strerror(err)));
+    case EADDRNOTAVAIL: return Error(Exit::Usage, what + ": not an address of this machine");
+    case 0: return Error(Exit::Unavailable, what + ": cannot listen there");
+    default: return Error(Exit::Unavailable, fmt::format("{}: {}", what, std::strerror(err)));
   }
 }
 
@@ -914,9 +931,8 @@ void serve(Exporter& exporter, const ListenAddress& listen, const std::function<
     return refused(req, res) ? httplib::Server::HandlerResponse::Handled : httplib::Server::HandlerResponse::Unhandled;
   });
   // Expect: 100-continue would invite the body that the routing then refuses.
-  server.set_expect_100_continue_handler([refused](const httplib::Request& req, httplib::Response& res) {
-    return refused(req, res) ? res.status : 100;
-  });
+  server.set_expect_100_continue_handler(
+      [refused](const httplib::Request& req, httplib::Response& res) { return refused(req, res) ? res.status : 100; });
   server.Get("/metrics", [&exporter](const httplib::Request& req, httplib::Response& res) {
     std::optional<double> timeout_s;
     try {

@@ -114,11 +114,10 @@ struct ServeOptions {
   bool quiet = false;  // no warnings on stderr
 };
 
-
 // The price sheet of the cost metric: `flag` (--prices) when given, else rcost.prices
 // of the configuration, else its rsub.auto.prices (a relative path is relative to the
-// configuration file, as rsub takes it), else none. Errors as load_prices (65, 66); Error(DataErr) when it has no prices for the
-// local backend, whose jobs serve prices.
+// configuration file, as rsub takes it), else none. Errors as load_prices (65, 66); Error(DataErr) when it has no
+// prices for the local backend, whose jobs serve prices.
 std::optional<PriceSheet> serve_prices(const Config& config, const std::optional<std::string>& flag);
 
 // Collects the metrics. scrape() may be called from several threads (one at a time runs).
@@ -143,8 +142,8 @@ class Exporter {
   std::unique_ptr<Nvml> nvml_;
   std::map<int, std::pair<std::string, std::string>> gpu_identity_;  // NVML index → uuid, model
   std::mutex scrape_mutex_;
-  std::map<std::string, double> errors_;         // source → scrape errors so far
-  std::map<std::string, std::string> warned_;    // source → the last error warned about
+  std::map<std::string, double> errors_;       // source → scrape errors so far
+  std::map<std::string, std::string> warned_;  // source → the last error warned about
 
   std::mutex cpu_mutex_;
   std::condition_variable cpu_cv_;
@@ -161,15 +160,15 @@ class Exporter {
 // One thread reads every request and sends every response without blocking; workers
 // only answer requests that have fully arrived, so no client can hold one by being slow.
 struct ServeLimits {
-  std::size_t connections = 256;  // open at once; one more closes the oldest (503 if still sending its request)
-  std::size_t workers = 8;        // requests answered at once (their scrapes run one at a time)
-  std::size_t queue = 32;         // arrived requests waiting for a worker; beyond, 503 at once
+  std::size_t connections = 256;          // open at once; one more closes the oldest (503 if still sending its request)
+  std::size_t workers = 8;                // requests answered at once (their scrapes run one at a time)
+  std::size_t queue = 32;                 // arrived requests waiting for a worker; beyond, 503 at once
   std::size_t max_head_bytes = 16 << 10;  // request line and headers
   std::size_t max_body_bytes = 8 << 10;   // a declared body (Content-Length) beyond: 413, left unread
-  double read_timeout_s = 5;   // the whole request, from the accept, however its bytes trickle
-  double write_timeout_s = 5;  // the whole response, from its first send
-  double linger_s = 1;         // after the response, what the client still sends is discarded until
-  std::size_t linger_bytes = 1 << 20;  // it closes, for at most this long and this much
+  double read_timeout_s = 5;              // the whole request, from the accept, however its bytes trickle
+  double write_timeout_s = 5;             // the whole response, from its first send
+  double linger_s = 1;                    // after the response, what the client still sends is discarded until
+  std::size_t linger_bytes = 1 << 20;     // it closes, for at most this long and this much
 };
 
 // The status that refuses a request once its headers are read, before any body is, or 0
@@ -227,8 +226,8 @@ class ClientConnection {
 
   Stage stage() const { return stage_; }
   End end() const { return end_; }
-  short events() const;                   // to poll for in this stage
-  Clock::time_point deadline() const;     // of this stage
+  short events() const;                // to poll for in this stage
+  Clock::time_point deadline() const;  // of this stage
   Clock::time_point accepted() const { return accepted_; }
   int fd() const { return fd_; }
   std::size_t bytes_received() const { return received_; }

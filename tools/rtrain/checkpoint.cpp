@@ -2,8 +2,8 @@
 #include "checkpoint.hpp"
 
 #include <fcntl.h>
-#include <signal.h>
 #include <fmt/format.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -92,8 +92,8 @@ void take_f32(const LoadedFile& f, const std::string& file, const std::string& n
     if (t.name == name) info = &t;
   if (it == f.data.end() || !info) throw Error(Exit::DataErr, fmt::format("{}: no tensor '{}'", file, name));
   if (info->dtype != st::Dtype::F32 || it->second.size() != count * sizeof(float))
-    throw Error(Exit::DataErr, fmt::format("{}: tensor '{}' is not F32 of {} elements: another model's checkpoint", file,
-                                           name, count));
+    throw Error(Exit::DataErr, fmt::format("{}: tensor '{}' is not F32 of {} elements: another model's checkpoint",
+                                           file, name, count));
   std::memcpy(out, it->second.data(), it->second.size());
 }
 
@@ -307,8 +307,9 @@ TrainState load_checkpoint(const std::string& path, const std::vector<Mlp::Tenso
   const LoadedFile optim = read_safetensors(dir + "/optimizer.safetensors");
   const auto meta = model.header.metadata.find("rkit.model");
   if (meta == model.header.metadata.end() || meta->second != fingerprint)
-    throw Error(Exit::DataErr, fmt::format("checkpoint {} is of another model ({}), not {}", path,
-                                           meta == model.header.metadata.end() ? "unknown" : meta->second, fingerprint));
+    throw Error(Exit::DataErr,
+                fmt::format("checkpoint {} is of another model ({}), not {}", path,
+                            meta == model.header.metadata.end() ? "unknown" : meta->second, fingerprint));
   TrainState s;
   s.params.resize(parameters);
   s.exp_avg.resize(parameters);

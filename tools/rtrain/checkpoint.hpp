@@ -46,10 +46,10 @@ struct TrainState {
 // What one background checkpoint cost: the numbers behind the stall ratio.
 struct CheckpointDone {
   std::int64_t step = 0;
-  std::string path;        // the archive (packed) or the folder
-  std::uint64_t bytes = 0; // safetensors bytes written
-  double write_s = 0;      // writing the folder
-  double pack_s = 0;       // rckpt pack (0 when not packing)
+  std::string path;         // the archive (packed) or the folder
+  std::uint64_t bytes = 0;  // safetensors bytes written
+  double write_s = 0;       // writing the folder
+  double pack_s = 0;        // rckpt pack (0 when not packing)
 };
 
 class Checkpointer {

@@ -94,8 +94,8 @@ DistEnv DistEnv::from_env() {
   const char* world = std::getenv("WORLD_SIZE");
   if (!rank && !world) return env;
   if (!rank || !world)
-    throw Error(Exit::Usage, fmt::format("{} is set but {} is not", rank ? "RANK" : "WORLD_SIZE",
-                                         rank ? "WORLD_SIZE" : "RANK"),
+    throw Error(Exit::Usage,
+                fmt::format("{} is set but {} is not", rank ? "RANK" : "WORLD_SIZE", rank ? "WORLD_SIZE" : "RANK"),
                 "set both, as rtrain launch and torchrun do, or neither for one rank");
   constexpr int kMax = std::numeric_limits<int>::max();
   env.world = env_int("WORLD_SIZE", world, 1, kMax, "a positive integer");
@@ -166,7 +166,7 @@ struct Communicator::Worker {
     }
     context.reset();  // closes the pairs: the peers see this rank go
     device.reset();
-    store.reset();    // rank 0: stops the store's server
+    store.reset();  // rank 0: stops the store's server
   }
 
   std::uint64_t submit(Task t) {
@@ -196,8 +196,9 @@ struct Communicator::Worker {
     if (!e) return Error(Exit::Software, what + ": unknown exception");
     const Error err = gloo_error(*e, {Exit::Unavailable, Exit::Unavailable, Exit::Software}, what);
     return Error(err.code(), err.what(),
-                 err.code() == Exit::Unavailable ? "a peer rank exited, was killed, or stalled past the timeout; see its log"
-                                                 : "");
+                 err.code() == Exit::Unavailable
+                     ? "a peer rank exited, was killed, or stalled past the timeout; see its log"
+                     : "");
   }
 
   void loop() {
@@ -205,7 +206,7 @@ struct Communicator::Worker {
     sigemptyset(&pipe);
     sigaddset(&pipe, SIGPIPE);
     pthread_sigmask(SIG_BLOCK, &pipe, nullptr);  // see SigpipeBlocked
-    std::uint32_t tag = 0;  // the next collective's; the same sequence on every rank
+    std::uint32_t tag = 0;                       // the next collective's; the same sequence on every rank
     for (;;) {
       Task t;
       {
@@ -259,8 +260,9 @@ std::unique_ptr<Communicator> Communicator::connect(const DistEnv& env, std::chr
   w->rank = env.rank;
   w->world = env.world;
   const std::string where = fmt::format("rank {} of {}: rendezvous", env.rank, env.world);
-  const std::string hint = "every rank must start and reach rank 0's store (MASTER_ADDR:MASTER_PORT) within the "
-                           "timeout; see the other ranks' logs";
+  const std::string hint =
+      "every rank must start and reach rank 0's store (MASTER_ADDR:MASTER_PORT) within the "
+      "timeout; see the other ranks' logs";
   try {
     w->store = std::make_unique<TcpStore>(env.master_addr, env.master_port, env.rank == 0, timeout,
                                           env.secret ? env.secret->key("workers") : kNoSecret);

@@ -46,7 +46,9 @@ class CpuDevice : public Device {
   ~CpuDevice() override {
     for (void* p : blocks_) std::free(p);
   }
-  std::string name() const override { return fmt::format("cpu ({} BLAS thread{})", threads_, threads_ == 1 ? "" : "s"); }
+  std::string name() const override {
+    return fmt::format("cpu ({} BLAS thread{})", threads_, threads_ == 1 ? "" : "s");
+  }
   void* alloc_bytes(std::size_t bytes) override {
     const std::size_t rounded = (bytes + 63) / 64 * 64;
     void* p = std::aligned_alloc(64, rounded > 0 ? rounded : 64);

@@ -24,13 +24,16 @@ namespace {
 namespace k = kernels;
 
 void check(cudaError_t rc, const char* what) {
-  if (rc != cudaSuccess) throw Error(Exit::Software, fmt::format("--device cuda: {}: {}", what, cudaGetErrorString(rc)));
+  if (rc != cudaSuccess)
+    throw Error(Exit::Software, fmt::format("--device cuda: {}: {}", what, cudaGetErrorString(rc)));
 }
 void check(cublasStatus_t rc, const char* what) {
-  if (rc != CUBLAS_STATUS_SUCCESS) throw Error(Exit::Software, fmt::format("--device cuda: {}: cuBLAS status {}", what, static_cast<int>(rc)));
+  if (rc != CUBLAS_STATUS_SUCCESS)
+    throw Error(Exit::Software, fmt::format("--device cuda: {}: cuBLAS status {}", what, static_cast<int>(rc)));
 }
 void check(ncclResult_t rc, const char* what) {
-  if (rc != ncclSuccess) throw Error(Exit::Unavailable, fmt::format("--device cuda: {}: {}", what, ncclGetErrorString(rc)));
+  if (rc != ncclSuccess)
+    throw Error(Exit::Unavailable, fmt::format("--device cuda: {}: {}", what, ncclGetErrorString(rc)));
 }
 
 // Buckets all-reduced (averaged) by NCCL on a stream of their own, each after the
@@ -139,18 +142,20 @@ class CudaDevice : public Device {
   void gemm(bool ta, bool tb, int m, int n, int kk, float alpha, const float* a, int lda, const float* b, int ldb,
             float beta, float* c, int ldc) override {
     // Row-major C = op(A) op(B) is column-major Cᵀ = op(B)ᵀ op(A)ᵀ: the operands swap.
-    check(cublasSgemm(blas_, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, kk, &alpha, b, ldb, a,
-                      lda, &beta, c, ldc),
+    check(cublasSgemm(blas_, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, kk, &alpha, b, ldb,
+                      a, lda, &beta, c, ldc),
           "cublasSgemm");
   }
-  void bias_act_forward(k::Activation act, std::size_t m, std::size_t n, const float* bias, float* z, float* y) override {
+  void bias_act_forward(k::Activation act, std::size_t m, std::size_t n, const float* bias, float* z,
+                        float* y) override {
     check(k::bias_act_forward(act, m, n, bias, z, y, stream_), "bias_act_forward");
   }
   void bias_act_backward(k::Activation act, std::size_t m, std::size_t n, const float* z, const float* dy, float* dz,
                          float* dbias) override {
     check(k::bias_act_backward(act, m, n, z, dy, dz, dbias, stream_), "bias_act_backward");
   }
-  double mse_loss(std::size_t m, std::size_t kk, const float* pred, const float* target, float scale, float* dpred) override {
+  double mse_loss(std::size_t m, std::size_t kk, const float* pred, const float* target, float scale,
+                  float* dpred) override {
     check(k::mse_loss(m, kk, pred, target, scale, dpred, scalar_, stream_), "mse_loss");
     return read_scalar();
   }

@@ -51,8 +51,8 @@ double normal_exact(std::uint64_t key, std::uint64_t k) {
 // Integer arithmetic until the one conversion, so that loops over it vectorise.
 constexpr float kIrwinHallScale = 1.0f / 18918.6f;  // 1 / sqrt((32768^2 - 1) / 3)
 inline float normal60(std::uint64_t h) {
-  const auto s = static_cast<std::int32_t>((h & 0x7fff) + ((h >> 15) & 0x7fff) + ((h >> 30) & 0x7fff) +
-                                           ((h >> 45) & 0x7fff));
+  const auto s =
+      static_cast<std::int32_t>((h & 0x7fff) + ((h >> 15) & 0x7fff) + ((h >> 30) & 0x7fff) + ((h >> 45) & 0x7fff));
   return static_cast<float>(s - 65534) * kIrwinHallScale;
 }
 
@@ -65,10 +65,10 @@ inline float fat_noise(std::uint64_t h) { return normal60(h) * ((h >> 60) == 0 ?
 // The standard normal quantile function (Acklam's rational approximation, relative error
 // < 1.2e-9), for the class thresholds.
 double normal_quantile(double p) {
-  static constexpr double a[] = {-3.969683028665376e+01, 2.209460984245205e+02, -2.759285104469687e+02,
+  static constexpr double a[] = {-3.969683028665376e+01, 2.209460984245205e+02,  -2.759285104469687e+02,
                                  1.383577518672690e+02,  -3.066479806614716e+01, 2.506628277459239e+00};
   static constexpr double b[] = {-5.447609879822406e+01, 1.615858368580409e+02, -1.556989798598866e+02,
-                                 6.680131188771972e+01,  -1.328068155288572e+01};
+                                 6.680131188771972e+01, -1.328068155288572e+01};
   static constexpr double c[] = {-7.784894002430293e-03, -3.223964580411365e-01, -2.400758277161838e+00,
                                  -2.549732539343734e+00, 4.374664141464968e+00,  2.938163982698783e+00};
   static constexpr double d[] = {7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e+00,
@@ -183,9 +183,9 @@ class SyntheticDataset final : public Dataset {
   Task task_;
   std::size_t targets_;  // regression targets computed per row: outputs_, or 1 for classes
   std::uint64_t seed_key_;
-  std::vector<float> load_;   // [factors][features]: s_j B_jk / norm_j
-  std::vector<float> idio_;   // [features]: s_j noise / norm_j
-  std::vector<double> beta_;  // [targets][factors]: linear part of g_k
+  std::vector<float> load_;                             // [factors][features]: s_j B_jk / norm_j
+  std::vector<float> idio_;                             // [features]: s_j noise / norm_j
+  std::vector<double> beta_;                            // [targets][factors]: linear part of g_k
   std::vector<std::size_t> tanh_of_, prod_a_, prod_b_;  // [targets]: factor indices
   std::vector<double> mean_, inv_sd_;                   // [targets]: standardisation of g_k
   double signal_w_, noise_w_;
@@ -205,7 +205,8 @@ SyntheticDataset::SyntheticDataset(const SyntheticSpec& spec)
   if (spec.task == Task::Regression && spec.outputs == 0)
     throw Error(Exit::Usage, "synthetic data: outputs must be at least 1");
   if (spec.task == Task::Classification && spec.outputs < 2)
-    throw Error(Exit::Usage, fmt::format("synthetic data: classification needs at least 2 classes, not {}", spec.outputs));
+    throw Error(Exit::Usage,
+                fmt::format("synthetic data: classification needs at least 2 classes, not {}", spec.outputs));
   if (!std::isfinite(spec.noise) || spec.noise < 0)
     throw Error(Exit::Usage, fmt::format("synthetic data: noise must be a finite number >= 0, not {}", spec.noise));
 
@@ -293,8 +294,7 @@ float SyntheticDataset::target(const float* f, std::size_t t, std::uint64_t key)
   return static_cast<float>(signal_w_ * g + noise_w_ * fat_noise(bits_at(key, factors_ + 1 + t)));
 }
 
-void SyntheticDataset::gather(std::span<const std::uint64_t> rows, float* x, float* y,
-                              std::int32_t* labels) const {
+void SyntheticDataset::gather(std::span<const std::uint64_t> rows, float* x, float* y, std::int32_t* labels) const {
   std::vector<float> f(factors_);
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const std::uint64_t row = rows[i];
@@ -415,8 +415,8 @@ std::unique_ptr<Dataset> finish(Table t, const FileSpec& spec, const std::string
   const std::size_t classes = spec.outputs ? spec.outputs : static_cast<std::size_t>(top) + 1;
   if (classes < 2)
     throw Error(Exit::DataErr, fmt::format("{}: every label is 0; classification needs at least 2 classes", name));
-  return std::make_unique<MemoryDataset>(spec.task, t.rows, t.features, classes, std::move(t.x),
-                                         std::vector<float>{}, std::move(labels));
+  return std::make_unique<MemoryDataset>(spec.task, t.rows, t.features, classes, std::move(t.x), std::vector<float>{},
+                                         std::move(labels));
 }
 
 // The number of target columns at the end of a .csv or .npy row (1 for a label).
@@ -427,9 +427,12 @@ class TableFiller {
  public:
   TableFiller(Table& t, std::size_t columns, Task task) : t_(t), columns_(columns), task_(task) {}
   void push(double v) {
-    if (col_ < t_.features) t_.x.push_back(static_cast<float>(v));
-    else if (task_ == Task::Regression) t_.y.push_back(static_cast<float>(v));
-    else t_.labels.push_back(v);
+    if (col_ < t_.features)
+      t_.x.push_back(static_cast<float>(v));
+    else if (task_ == Task::Regression)
+      t_.y.push_back(static_cast<float>(v));
+    else
+      t_.labels.push_back(v);
     if (++col_ == columns_) col_ = 0;
   }
 
@@ -663,8 +666,7 @@ class NpyDictParser {
       const std::string key = string_literal();
       expect(':');
       if (key == "descr") {
-        if (skip_space() == '[')
-          fail("structured dtypes are not supported (expected a 2-D array of '<f4' or '<f8')");
+        if (skip_space() == '[') fail("structured dtypes are not supported (expected a 2-D array of '<f4' or '<f8')");
         h.descr = string_literal();
         h.has_descr = true;
       } else if (key == "fortran_order") {
@@ -676,8 +678,10 @@ class NpyDictParser {
       } else {
         fail(fmt::format("unexpected key '{}' in the header", key));
       }
-      if (skip_space() == ',') ++i_;
-      else if (peek() != '}') fail("malformed header: expected ',' or '}'");
+      if (skip_space() == ',')
+        ++i_;
+      else if (peek() != '}')
+        fail("malformed header: expected ',' or '}'");
     }
     ++i_;
     if (skip_space() != '\0') fail("malformed header: text after the dictionary");
@@ -723,8 +727,10 @@ class NpyDictParser {
       i_ += static_cast<std::size_t>(ptr - begin);
       if (skip_space() == 'L') ++i_;  // Python 2's long suffix
       out.push_back(v);
-      if (skip_space() == ',') ++i_;
-      else if (peek() != ')') fail("malformed header: 'shape' must be a tuple of integers");
+      if (skip_space() == ',')
+        ++i_;
+      else if (peek() != ')')
+        fail("malformed header: 'shape' must be a tuple of integers");
     }
     ++i_;
     return out;
@@ -748,11 +754,12 @@ std::unique_ptr<Dataset> load_npy(const FileSpec& spec) {
   char prefix[12] = {};
   if (file.size() < 10) throw Error(Exit::DataErr, name + ": not a .npy file (too short)");
   file.read(prefix, std::min<std::uint64_t>(12, file.size()), 0);
-  if (std::string_view(prefix, 6) != kMagic) throw Error(Exit::DataErr, name + ": not a .npy file (no \\x93NUMPY magic)");
+  if (std::string_view(prefix, 6) != kMagic)
+    throw Error(Exit::DataErr, name + ": not a .npy file (no \\x93NUMPY magic)");
   const auto major = static_cast<unsigned char>(prefix[6]), minor = static_cast<unsigned char>(prefix[7]);
   if (major < 1 || major > 3)
-    throw Error(Exit::DataErr, fmt::format("{}: .npy format version {}.{} is not supported (1.0 to 3.0 are)", name,
-                                           major, minor));
+    throw Error(Exit::DataErr,
+                fmt::format("{}: .npy format version {}.{} is not supported (1.0 to 3.0 are)", name, major, minor));
   const auto byte = [&](int i) { return std::uint64_t{static_cast<unsigned char>(prefix[i])}; };
   std::uint64_t header_len = 0, header_at = 0;
   if (major == 1) {
@@ -763,23 +770,27 @@ std::unique_ptr<Dataset> load_npy(const FileSpec& spec) {
     header_len = byte(8) | byte(9) << 8 | byte(10) << 16 | byte(11) << 24;
     header_at = 12;
   }
-  if (header_len > (1 << 20)) throw Error(Exit::DataErr, fmt::format("{}: header of {} bytes is too long", name, header_len));
+  if (header_len > (1 << 20))
+    throw Error(Exit::DataErr, fmt::format("{}: header of {} bytes is too long", name, header_len));
   if (header_at + header_len > file.size()) throw Error(Exit::DataErr, name + ": truncated header");
   std::string header(header_len, '\0');
   file.read(header.data(), header.size(), header_at);
   const NpyHeader h = NpyDictParser(header, name).parse();
 
   st::Dtype dtype;
-  if (h.descr == "<f4") dtype = st::Dtype::F32;
-  else if (h.descr == "<f8") dtype = st::Dtype::F64;
+  if (h.descr == "<f4")
+    dtype = st::Dtype::F32;
+  else if (h.descr == "<f8")
+    dtype = st::Dtype::F64;
   else
     throw Error(Exit::DataErr, fmt::format("{}: dtype '{}' is not supported (expected little-endian float32 '<f4' "
-                                           "or float64 '<f8')", name, h.descr));
+                                           "or float64 '<f8')",
+                                           name, h.descr));
   if (h.fortran_order)
     throw Error(Exit::DataErr, name + ": Fortran-order arrays are not supported (save np.ascontiguousarray(a))");
   if (h.shape.size() != 2)
-    throw Error(Exit::DataErr, fmt::format("{}: shape {} is not 2-D (expected (rows, columns))", name,
-                                           shape_text(h.shape)));
+    throw Error(Exit::DataErr,
+                fmt::format("{}: shape {} is not 2-D (expected (rows, columns))", name, shape_text(h.shape)));
   const std::uint64_t rows = h.shape[0], columns = h.shape[1];
   const std::uint64_t data_at = header_at + header_len;
   const std::uint64_t want = checked_bytes(name, rows, columns, st::dtype_size(dtype));
@@ -787,8 +798,8 @@ std::unique_ptr<Dataset> load_npy(const FileSpec& spec) {
     throw Error(Exit::DataErr, fmt::format("{}: truncated: shape {} of '{}' needs {} data bytes, found {}", name,
                                            shape_text(h.shape), h.descr, want, file.size() - data_at));
   if (file.size() - data_at > want)
-    throw Error(Exit::DataErr, fmt::format("{}: has {} trailing bytes after the array", name,
-                                           file.size() - data_at - want));
+    throw Error(Exit::DataErr,
+                fmt::format("{}: has {} trailing bytes after the array", name, file.size() - data_at - want));
   if (rows == 0) throw Error(Exit::DataErr, name + ": no rows");
 
   Table t;
@@ -803,9 +814,7 @@ std::unique_ptr<Dataset> load_npy(const FileSpec& spec) {
   where.value = [&name, features](std::uint64_t row, std::size_t col, bool in_x) {
     return fmt::format("{}: [{}, {}]", name, row, in_x ? col : features + col);
   };
-  where.label = [&name, features](std::uint64_t row) {
-    return fmt::format("{}: [{}, {}]", name, row, features);
-  };
+  where.label = [&name, features](std::uint64_t row) { return fmt::format("{}: [{}, {}]", name, row, features); };
   return finish(std::move(t), spec, name, where);
 }
 
@@ -819,13 +828,14 @@ std::unique_ptr<Dataset> load_safetensors(const FileSpec& spec) {
     for (const auto& t : h.tensors)
       if (t.name == tensor) return t;
     throw Error(Exit::DataErr,
-                fmt::format("{}: no tensor \"{}\" (expected X [rows, features] and y [rows] or [rows, outputs])",
-                            name, tensor));
+                fmt::format("{}: no tensor \"{}\" (expected X [rows, features] and y [rows] or [rows, outputs])", name,
+                            tensor));
   };
   const st::TensorInfo& tx = find("X");
   const st::TensorInfo& ty = find("y");
   if (tx.shape.size() != 2)
-    throw Error(Exit::DataErr, fmt::format("{}: X has shape {}; expected [rows, features]", name, shape_text(tx.shape)));
+    throw Error(Exit::DataErr,
+                fmt::format("{}: X has shape {}; expected [rows, features]", name, shape_text(tx.shape)));
   if (ty.shape.empty() || ty.shape.size() > 2)
     throw Error(Exit::DataErr,
                 fmt::format("{}: y has shape {}; expected [rows] or [rows, outputs]", name, shape_text(ty.shape)));
@@ -841,8 +851,8 @@ std::unique_ptr<Dataset> load_safetensors(const FileSpec& spec) {
       throw Error(Exit::DataErr,
                   fmt::format("{}: y has {} target column(s) but outputs is {}", name, y_cols, spec.outputs));
   } else if (y_cols != 1) {
-    throw Error(Exit::DataErr,
-                fmt::format("{}: y has shape {}; class labels must be [rows] or [rows, 1]", name, shape_text(ty.shape)));
+    throw Error(Exit::DataErr, fmt::format("{}: y has shape {}; class labels must be [rows] or [rows, 1]", name,
+                                           shape_text(ty.shape)));
   }
 
   Table t;
@@ -885,13 +895,14 @@ std::unique_ptr<Dataset> make_synthetic(const SyntheticSpec& spec) { return std:
 std::unique_ptr<Dataset> load_dataset(const FileSpec& spec) {
   const bool csv = spec.path.ends_with(".csv"), npy = spec.path.ends_with(".npy");
   if (!csv && !npy && !st::is_safetensors_name(spec.path))
-    throw Error(Exit::Usage,
-                fmt::format("{}: unknown data format (expected .csv, .npy or .safetensors)", spec.path));
+    throw Error(Exit::Usage, fmt::format("{}: unknown data format (expected .csv, .npy or .safetensors)", spec.path));
   if (spec.task == Task::Classification && spec.outputs == 1)
     throw Error(Exit::Usage, fmt::format("{}: classification needs at least 2 classes (outputs = 1); "
-                                         "set outputs to 0 to take them from the labels", spec.path));
+                                         "set outputs to 0 to take them from the labels",
+                                         spec.path));
   if (spec.task == Task::Regression && spec.outputs == 0 && (csv || npy))
-    throw Error(Exit::Usage, fmt::format("{}: regression needs outputs >= 1 (the number of target columns)", spec.path));
+    throw Error(Exit::Usage,
+                fmt::format("{}: regression needs outputs >= 1 (the number of target columns)", spec.path));
   if (csv) return load_csv(spec);
   if (npy) return load_npy(spec);
   return load_safetensors(spec);
@@ -933,7 +944,8 @@ std::vector<std::uint64_t> eval_rows(std::uint64_t train_rows, std::uint64_t row
   std::vector<std::uint64_t> out;
   if (train_rows >= rows) return out;
   out.reserve((rows - train_rows) / static_cast<std::uint64_t>(world) + 1);
-  for (std::uint64_t r = train_rows + static_cast<std::uint64_t>(rank); r < rows; r += static_cast<std::uint64_t>(world))
+  for (std::uint64_t r = train_rows + static_cast<std::uint64_t>(rank); r < rows;
+       r += static_cast<std::uint64_t>(world))
     out.push_back(r);
   return out;
 }

@@ -44,7 +44,7 @@ class GradReducer {
 class Device {
  public:
   virtual ~Device() = default;
-  virtual std::string name() const = 0;  // "cpu (2 threads)", "cuda:0 NVIDIA H200"
+  virtual std::string name() const = 0;              // "cpu (2 threads)", "cuda:0 NVIDIA H200"
   virtual void* alloc_bytes(std::size_t bytes) = 0;  // zeroed; freed with the device
   float* alloc(std::size_t n) { return static_cast<float*>(alloc_bytes(n * sizeof(float))); }
   virtual void copy_in(void* dst, const void* host, std::size_t bytes) = 0;
@@ -54,8 +54,8 @@ class Device {
                     const float* b, int ldb, float beta, float* c, int ldc) = 0;
   virtual void bias_act_forward(kernels::Activation act, std::size_t m, std::size_t n, const float* bias, float* z,
                                 float* y) = 0;
-  virtual void bias_act_backward(kernels::Activation act, std::size_t m, std::size_t n, const float* z,
-                                 const float* dy, float* dz, float* dbias) = 0;
+  virtual void bias_act_backward(kernels::Activation act, std::size_t m, std::size_t n, const float* z, const float* dy,
+                                 float* dz, float* dbias) = 0;
   // The losses and the squared norm return their sums (waiting for them).
   virtual double mse_loss(std::size_t m, std::size_t k, const float* pred, const float* target, float scale,
                           float* dpred) = 0;

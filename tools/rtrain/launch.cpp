@@ -2,9 +2,9 @@
 #include "launch.hpp"
 
 #include <arpa/inet.h>
-#include <netdb.h>
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sched.h>
@@ -18,6 +18,7 @@
 #include <charconv>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <filesystem>
 #include <fstream>
@@ -27,7 +28,6 @@
 #include <random>
 #include <set>
 #include <sstream>
-#include <cstring>
 
 #include "rkit/ckpt/archive.hpp"  // rckpt's: a checkpoint is complete when it opens whole
 #include "rkit/error.hpp"
@@ -42,9 +42,7 @@ namespace rkit::rtrain {
 
 namespace {
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
+double now_s() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
 // A port nobody listens on now at `addr`, as torchrun picks one for --master-port 0.
 int free_port(const std::string& addr) {
@@ -74,7 +72,8 @@ class Events {
  public:
   explicit Events(const std::string& path) {
     if (path.empty()) return;
-    if (path == "-") out_ = &std::cout;
+    if (path == "-")
+      out_ = &std::cout;
     else {
       file_.open(path, std::ios::app);
       if (!file_) throw system_error("open " + path, errno);
@@ -162,14 +161,13 @@ class CpuMask {
   bool active_ = false;
 };
 
-
 // Creates (or empties) the heartbeat file `name` in the folder open as `dir_fd` and sets
 // its modification time to now: never through a symbolic link, never a FIFO or device
 // someone left there.
 void touch_heartbeat(int dir_fd, const std::string& name) {
   UniqueFd fd(::openat(dir_fd, name.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600));
   if (!fd) throw system_error("heartbeat file " + name, errno);
-  struct stat sb{};
+  struct stat sb {};
   if (::fstat(fd.get(), &sb) != 0 || !S_ISREG(sb.st_mode))
     throw Error(Exit::IoErr, "heartbeat file " + name + ": not a regular file");
   ::futimens(fd.get(), nullptr);
@@ -181,7 +179,11 @@ class Group {
  public:
   Group(const LaunchOptions& o, const Layout& layout, int generation, const std::string& run_id,
         const std::string& hb_dir, int hb_fd, const std::string& secret, SignalForwarder& forward, Events& events)
-      : o_(o), generation_(generation), hb_fd_(hb_fd), forward_(forward), events_(events),
+      : o_(o),
+        generation_(generation),
+        hb_fd_(hb_fd),
+        forward_(forward),
+        events_(events),
         workers_(static_cast<std::size_t>(o.nproc)) {
     const std::string resume = o.ckpt_dir.empty() ? "" : newest_checkpoint(o.ckpt_dir);  // one answer for every rank
     for (int local = 0; local < o.nproc; ++local) {
@@ -199,7 +201,8 @@ class Group {
       s.env = worker_env(o, local, layout, generation, run_id, w.heartbeat, resume, secret);
       if (!o.placement.empty() && !o.placement[static_cast<std::size_t>(local)].gpus.empty()) {
         std::string gpus;
-        for (int g : o.placement[static_cast<std::size_t>(local)].gpus) gpus += (gpus.empty() ? "" : ",") + std::to_string(g);
+        for (int g : o.placement[static_cast<std::size_t>(local)].gpus)
+          gpus += (gpus.empty() ? "" : ",") + std::to_string(g);
         s.env.emplace_back("CUDA_VISIBLE_DEVICES", gpus);
         s.env.emplace_back("CUDA_DEVICE_ORDER", "PCI_BUS_ID");  // indices as nvidia-smi and rtop count them
       }
@@ -208,14 +211,20 @@ class Group {
       {
         // A child inherits its parent's CPU mask: the worker is started with its own
         // (this agent is single-threaded), so it runs bound from its first instruction.
-        const CpuMask bound(o.placement.empty() ? std::vector<int>{} : o.placement[static_cast<std::size_t>(local)].pus);
+        const CpuMask bound(o.placement.empty() ? std::vector<int>{}
+                                                : o.placement[static_cast<std::size_t>(local)].pus);
         w.child = forward.spawn(s);
       }
       w.started = now_s();
-      for (int fd : {w.child->stdout_fd(), w.child->stderr_fd()}) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+      for (int fd : {w.child->stdout_fd(), w.child->stderr_fd()})
+        ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
     }
-    events_.emit("start", {{"generation", generation}, {"node_rank", layout.node_rank}, {"workers", o.nproc},
-                           {"world_size", layout.world}, {"master_port", layout.master_port}, {"run_id", run_id}});
+    events_.emit("start", {{"generation", generation},
+                           {"node_rank", layout.node_rank},
+                           {"workers", o.nproc},
+                           {"world_size", layout.world},
+                           {"master_port", layout.master_port},
+                           {"run_id", run_id}});
   }
 
   bool running() const {
@@ -250,14 +259,16 @@ class Group {
       if (auto st = w.child->try_wait()) {
         w.status = st;
         w.ended = now;
-        events_.emit("worker_exit", {{"generation", generation_}, {"rank", w.rank}, {"exit_code", code_of(*st)},
+        events_.emit("worker_exit", {{"generation", generation_},
+                                     {"rank", w.rank},
+                                     {"exit_code", code_of(*st)},
                                      {"uptime_s", now - w.started}});
         // A worker that ends after the stop was asked for (or a signal to us, which reached
         // its group too) was stopped, not failed.
         if (!st->success() && stop_time_ == 0 && !forward_.last_signal())
           fail(w, fmt::format("rank {} on {} {} after {:.1f}s", w.rank, host(), st->describe(), now - w.started));
       } else if (o_.heartbeat_timeout_s > 0 && !why_ && stop_time_ == 0 && !forward_.last_signal()) {
-        struct stat sb{};
+        struct stat sb {};
         if (::fstatat(hb_fd_, w.heartbeat_name.c_str(), &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
             now - static_cast<double>(sb.st_mtim.tv_sec) - sb.st_mtim.tv_nsec / 1e9 > o_.heartbeat_timeout_s) {
           events_.emit("hang_detected", {{"generation", generation_}, {"rank", w.rank}});
@@ -284,7 +295,8 @@ class Group {
   int exit_code() const {
     int code = 0;
     for (const auto& w : workers_)
-      if (w.status && (stop_time_ == 0 || w.ended <= stop_time_ || &w == failed_)) code = std::max(code, code_of(*w.status));
+      if (w.status && (stop_time_ == 0 || w.ended <= stop_time_ || &w == failed_))
+        code = std::max(code, code_of(*w.status));
     return code;
   }
 
@@ -339,17 +351,25 @@ std::string text_of(const std::vector<char>& v) { return {v.begin(), v.end()}; }
 
 std::vector<std::pair<std::string, std::string>> worker_env(const LaunchOptions& o, int local_rank, const Layout& l,
                                                             int restart_count, const std::string& run_id,
-                                                            const std::string& heartbeat_file, const std::string& resume_from,
+                                                            const std::string& heartbeat_file,
+                                                            const std::string& resume_from,
                                                             const std::string& run_secret) {
   const std::string rank = std::to_string(l.offset + local_rank), world = std::to_string(l.world);
-  std::vector<std::pair<std::string, std::string>> env = {
-      {"RANK", rank}, {"LOCAL_RANK", std::to_string(local_rank)}, {"GROUP_RANK", std::to_string(l.node_rank)},
-      {"ROLE_RANK", rank}, {"ROLE_NAME", "default"}, {"LOCAL_WORLD_SIZE", std::to_string(o.nproc)},
-      {"WORLD_SIZE", world}, {"GROUP_WORLD_SIZE", std::to_string(o.nnodes)}, {"ROLE_WORLD_SIZE", world},
-      {"MASTER_ADDR", o.master_addr}, {"MASTER_PORT", std::to_string(l.master_port)},
-      {"TORCHELASTIC_RESTART_COUNT", std::to_string(restart_count)},
-      {"TORCHELASTIC_MAX_RESTARTS", std::to_string(o.max_restarts)}, {"TORCHELASTIC_RUN_ID", run_id},
-      {"RKIT_HEARTBEAT_FILE", heartbeat_file}};
+  std::vector<std::pair<std::string, std::string>> env = {{"RANK", rank},
+                                                          {"LOCAL_RANK", std::to_string(local_rank)},
+                                                          {"GROUP_RANK", std::to_string(l.node_rank)},
+                                                          {"ROLE_RANK", rank},
+                                                          {"ROLE_NAME", "default"},
+                                                          {"LOCAL_WORLD_SIZE", std::to_string(o.nproc)},
+                                                          {"WORLD_SIZE", world},
+                                                          {"GROUP_WORLD_SIZE", std::to_string(o.nnodes)},
+                                                          {"ROLE_WORLD_SIZE", world},
+                                                          {"MASTER_ADDR", o.master_addr},
+                                                          {"MASTER_PORT", std::to_string(l.master_port)},
+                                                          {"TORCHELASTIC_RESTART_COUNT", std::to_string(restart_count)},
+                                                          {"TORCHELASTIC_MAX_RESTARTS", std::to_string(o.max_restarts)},
+                                                          {"TORCHELASTIC_RUN_ID", run_id},
+                                                          {"RKIT_HEARTBEAT_FILE", heartbeat_file}};
   if (!run_secret.empty()) env.emplace_back("RKIT_RUN_SECRET", run_secret);
   if (!o.ckpt_dir.empty()) {
     env.emplace_back("RKIT_CKPT_DIR", o.ckpt_dir);
@@ -405,8 +425,9 @@ constexpr double kExitWait_s = 10;                        // node 0 waits so lon
 int join_count(int node, const std::vector<char>& value) {
   const int n = number(text_of(value));
   if (n < 1 || n > kMaxNproc)
-    throw Error(Exit::DataErr, fmt::format("rendezvous: node {} joined with '{}' workers: not 1 to {}", node,
-                                           text_of(value).substr(0, 20), kMaxNproc),
+    throw Error(Exit::DataErr,
+                fmt::format("rendezvous: node {} joined with '{}' workers: not 1 to {}", node,
+                            text_of(value).substr(0, 20), kMaxNproc),
                 "the agents' rtrain versions differ?");
   return n;
 }
@@ -448,8 +469,10 @@ int lead(Run& run) {
       const auto got = store->await_any(keys, std::chrono::milliseconds(200));
       std::vector<int> left;
       for (std::size_t i = 0; i < got.size(); ++i) {
-        if (got[i]) nproc_of[missing[i]] = join_count(missing[i], *got[i]);
-        else left.push_back(missing[i]);
+        if (got[i])
+          nproc_of[missing[i]] = join_count(missing[i], *got[i]);
+        else
+          left.push_back(missing[i]);
       }
       missing = std::move(left);
       if (missing.empty()) break;
@@ -458,8 +481,9 @@ int lead(Run& run) {
         return 128 + sig;
       }
       if (now_s() > join_deadline)
-        throw Error(Exit::Unavailable, fmt::format("rendezvous: {} of {} nodes joined within {:.0f}s",
-                                                   o.nnodes - static_cast<int>(missing.size()), o.nnodes, o.join_timeout_s));
+        throw Error(Exit::Unavailable,
+                    fmt::format("rendezvous: {} of {} nodes joined within {:.0f}s",
+                                o.nnodes - static_cast<int>(missing.size()), o.nnodes, o.join_timeout_s));
     }
   }
   int crash_loop = 0;  // generations in a row that failed within --min-uptime of their start
@@ -489,8 +513,8 @@ int lead(Run& run) {
       Json offsets = Json::array();
       int offset = 0;
       for (const auto& [_, n] : nproc_of) offsets.push_back(offset), offset += n;
-      const Json layout{{"master_port", l.master_port}, {"world_size", l.world}, {"run_id", run.run_id},
-                        {"offsets", offsets}};
+      const Json layout{
+          {"master_port", l.master_port}, {"world_size", l.world}, {"run_id", run.run_id}, {"offsets", offsets}};
       store->set("gen/" + gen, bytes_of(layout.dump()));
     }
     const double started = now_s();
@@ -512,18 +536,20 @@ int lead(Run& run) {
         };
         for (int r : followers) {
           if (gone.count(r)) continue;
-          if (!reported.count(r)) ask(r, 'f', fmt::format("fail/{}/{}", gen, r)), ask(r, 'a', fmt::format("abort/{}/{}", gen, r));
+          if (!reported.count(r))
+            ask(r, 'f', fmt::format("fail/{}/{}", gen, r)), ask(r, 'a', fmt::format("abort/{}/{}", gen, r));
           if (!done.count(r)) ask(r, 'd', fmt::format("done/{}/{}", gen, r));
           if (!stopped.count(r)) ask(r, 's', fmt::format("stopped/{}/{}", gen, r));
           ask(r, 'x', fmt::format("node/{}#closed", r));
         }
-        const auto got = keys.empty() ? decltype(store->try_get(keys)){} : store->await_any(keys, std::chrono::milliseconds(40));
+        const auto got =
+            keys.empty() ? decltype(store->try_get(keys)){} : store->await_any(keys, std::chrono::milliseconds(40));
         for (std::size_t i = 0; i < got.size(); ++i) {
           if (!got[i]) continue;
           const auto [r, kind] = what[i];
           if (kind == 'f' || kind == 'a') {
             if (!reported.insert(r).second) continue;  // fail and abort both: the first one counts
-            abort |= kind == 'a';  // that agent was stopped by a signal: no restart
+            abort |= kind == 'a';                      // that agent was stopped by a signal: no restart
             if (!remote_failure) {
               const std::string msg = text_of(*got[i]);
               const auto space = msg.find(' ');
@@ -562,15 +588,19 @@ int lead(Run& run) {
       return finish_run(128 + sig);
     }
     const std::string why = g.failure() ? *g.failure() : *remote_failure;
-    if (g.failure()) report(g, generation);
-    else std::cerr << fmt::format("rtrain: worker failed (generation {}): {}\n", generation, why);
+    if (g.failure())
+      report(g, generation);
+    else
+      std::cerr << fmt::format("rtrain: worker failed (generation {}): {}\n", generation, why);
     const int first_code = g.failure() ? g.failed_code() : remote_code;
     // A generation that fails within --min-uptime of its start crashed at start; so many in
     // a row are a crash loop, which restarting will not mend.
     crash_loop = o.min_uptime_s > 0 && now_s() - started < o.min_uptime_s ? crash_loop + 1 : 0;
     if (crash_loop >= kCrashLoopLimit)
-      std::cerr << fmt::format("rtrain: {} generations in a row failed within --min-uptime {:.0f}s: a crash loop; "
-                               "not restarting\n", crash_loop, o.min_uptime_s);
+      std::cerr << fmt::format(
+          "rtrain: {} generations in a row failed within --min-uptime {:.0f}s: a crash loop; "
+          "not restarting\n",
+          crash_loop, o.min_uptime_s);
     if (abort || crash_loop >= kCrashLoopLimit || !restartable(o, generation, first_code)) {
       const int code = std::max({g.exit_code(), remote_code, 1});
       run.events.emit("done", {{"generation", generation}, {"exit_code", code}, {"root_cause", why}});
@@ -619,8 +649,8 @@ int follow(Run& run) {
       if (e.code() != Exit::Unavailable) throw;
       if (const int sig = run.forward.last_signal()) return 128 + sig;
       if (now_s() > deadline)
-        throw Error(Exit::Unavailable, fmt::format("rendezvous: no agent of node 0 at {}:{} within {:.0f}s", o.master_addr,
-                                                   o.master_port, o.join_timeout_s));
+        throw Error(Exit::Unavailable, fmt::format("rendezvous: no agent of node 0 at {}:{} within {:.0f}s",
+                                                   o.master_addr, o.master_port, o.join_timeout_s));
     }
   }
   store->set_timeout(kAgentTimeout);
@@ -754,7 +784,8 @@ std::vector<WorkerPlacement> load_placement(const std::string& path, int nproc) 
   std::vector<WorkerPlacement> out;
   for (int rank = 0; rank < nproc; ++rank) {
     if (!by_rank[static_cast<std::size_t>(rank)])
-      throw Error(Exit::DataErr, fmt::format("{}: no placement for local rank {} (--nproc-per-node {})", source, rank, nproc),
+      throw Error(Exit::DataErr,
+                  fmt::format("{}: no placement for local rank {} (--nproc-per-node {})", source, rank, nproc),
                   fmt::format("rtop place --ranks {} --json", nproc));
     out.push_back(*by_rank[static_cast<std::size_t>(rank)]);
   }
@@ -778,14 +809,15 @@ void slurm_defaults(LaunchOptions& o, bool nnodes_given, bool node_rank_given, b
   const RunResult r = run(s, 30);
   const std::string host = r.out.substr(0, r.out.find('\n'));
   if (!r.status.success() || host.empty())
-    throw Error(Exit::Unavailable, fmt::format("under Slurm: scontrol show hostnames {}: {}", nodelist,
-                                               r.err.substr(0, r.err.find('\n'))),
+    throw Error(Exit::Unavailable,
+                fmt::format("under Slurm: scontrol show hostnames {}: {}", nodelist, r.err.substr(0, r.err.find('\n'))),
                 "pass --master-addr");
   addrinfo hints{};
   hints.ai_family = AF_INET;
   addrinfo* found = nullptr;
   if (const int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &found); rc != 0)
-    throw Error(Exit::Unavailable, fmt::format("under Slurm: node 0 ({}): {}", host, ::gai_strerror(rc)), "pass --master-addr");
+    throw Error(Exit::Unavailable, fmt::format("under Slurm: node 0 ({}): {}", host, ::gai_strerror(rc)),
+                "pass --master-addr");
   char text[INET_ADDRSTRLEN];
   ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(found->ai_addr)->sin_addr, text, sizeof text);
   ::freeaddrinfo(found);
@@ -801,10 +833,12 @@ RunSecret run_secret(const LaunchOptions& o) {
   if (!o.secret_file.empty()) return RunSecret::from_file(o.secret_file);
   if (auto s = RunSecret::from_env()) return *s;
   if (o.nnodes > 1)
-    throw Error(Exit::Usage,
-                fmt::format("--nnodes {} needs the run's secret on every node: --secret-file, RKIT_RUN_SECRET_FILE or "
-                            "RKIT_RUN_SECRET", o.nnodes),
-                "e.g. (umask 077; openssl rand -hex 32 >~/.rtrain-secret), then --secret-file ~/.rtrain-secret on every node");
+    throw Error(
+        Exit::Usage,
+        fmt::format("--nnodes {} needs the run's secret on every node: --secret-file, RKIT_RUN_SECRET_FILE or "
+                    "RKIT_RUN_SECRET",
+                    o.nnodes),
+        "e.g. (umask 077; openssl rand -hex 32 >~/.rtrain-secret), then --secret-file ~/.rtrain-secret on every node");
   return RunSecret::generate();
 }
 
@@ -812,11 +846,14 @@ RunSecret run_secret(const LaunchOptions& o) {
 // the heartbeat files, under $XDG_RUNTIME_DIR, else $TMPDIR, else /tmp.
 std::string private_dir(const std::string& run_id, int node_rank) {
   std::string base;
-  struct stat sb{};
-  if (const char* x = std::getenv("XDG_RUNTIME_DIR"); x && *x == '/' && ::stat(x, &sb) == 0 && S_ISDIR(sb.st_mode)) base = x;
-  else base = std::filesystem::temp_directory_path().string();
+  struct stat sb {};
+  if (const char* x = std::getenv("XDG_RUNTIME_DIR"); x && *x == '/' && ::stat(x, &sb) == 0 && S_ISDIR(sb.st_mode))
+    base = x;
+  else
+    base = std::filesystem::temp_directory_path().string();
   std::string id;  // the run id as far as it is harmless in a file name
-  for (char c : run_id.substr(0, 32)) id += std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' ? c : '_';
+  for (char c : run_id.substr(0, 32))
+    id += std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' ? c : '_';
   std::string path = fmt::format("{}/rtrain-{}-{}.XXXXXX", base, id, node_rank);
   if (!::mkdtemp(path.data())) throw system_error("create a heartbeat folder in " + base, errno);
   return path;
@@ -827,13 +864,15 @@ std::string private_dir(const std::string& run_id, int node_rank) {
 int launch(const LaunchOptions& o) {
   if (o.command.empty()) throw Error(Exit::Usage, "nothing to run: rtrain launch [options] -- COMMAND");
   if (o.nproc < 1 || o.nproc > kMaxNproc || o.nnodes < 1 || o.nnodes > kMaxNodes)
-    throw Error(Exit::Usage, fmt::format("{} workers on each of {} nodes: must be 1 to {} on 1 to {}", o.nproc, o.nnodes,
-                                         kMaxNproc, kMaxNodes));
+    throw Error(Exit::Usage, fmt::format("{} workers on each of {} nodes: must be 1 to {} on 1 to {}", o.nproc,
+                                         o.nnodes, kMaxNproc, kMaxNodes));
   if (o.node_rank < 0 || o.node_rank >= o.nnodes)
-    throw Error(Exit::Usage, fmt::format("--node-rank {}: must be 0 to {} for --nnodes {}", o.node_rank, o.nnodes - 1, o.nnodes));
+    throw Error(Exit::Usage,
+                fmt::format("--node-rank {}: must be 0 to {} for --nnodes {}", o.node_rank, o.nnodes - 1, o.nnodes));
   if (o.nnodes > 1 && o.master_port == 0)
-    throw Error(Exit::Usage, fmt::format("--nnodes {} needs --master-port (not 0): the other nodes' agents must know node 0's port",
-                                         o.nnodes));
+    throw Error(Exit::Usage,
+                fmt::format("--nnodes {} needs --master-port (not 0): the other nodes' agents must know node 0's port",
+                            o.nnodes));
   if (o.nnodes > 1) {
     in_addr a{};
     if (::inet_pton(AF_INET, o.master_addr.c_str(), &a) != 1)

@@ -30,23 +30,23 @@ struct WorkerPlacement {
 
 struct LaunchOptions {
   int nproc = 1;
-  int nnodes = 1;                    // agents, one per node; node 0's hosts the rendezvous
+  int nnodes = 1;  // agents, one per node; node 0's hosts the rendezvous
   int node_rank = 0;
-  double join_timeout_s = 300;       // how long agents wait for each other
+  double join_timeout_s = 300;  // how long agents wait for each other
   int max_restarts = 0;
-  std::vector<int> restart_on;       // exit codes that restart (128 + N for signal N); empty: any failure
-  double min_uptime_s = 0;           // a generation failing sooner than this after its start is a
-                                     // crash at start; kCrashLoopLimit of them in a row end the run
-  double heartbeat_timeout_s = 0;    // 0: no heartbeat watch
-  double kill_grace_s = 10;          // SIGTERM, then SIGKILL after this
+  std::vector<int> restart_on;     // exit codes that restart (128 + N for signal N); empty: any failure
+  double min_uptime_s = 0;         // a generation failing sooner than this after its start is a
+                                   // crash at start; kCrashLoopLimit of them in a row end the run
+  double heartbeat_timeout_s = 0;  // 0: no heartbeat watch
+  double kill_grace_s = 10;        // SIGTERM, then SIGKILL after this
   std::string master_addr = "127.0.0.1";
-  int master_port = 0;               // one node: the workers' MASTER_PORT (0: a free one);
-                                     // several: node 0's rendezvous (workers get a free port), required
-  std::string secret_file;           // the run's secret ("": RKIT_RUN_SECRET(_FILE), else one node makes one)
-  std::string log_dir;               // "" : no log files
-  std::string ckpt_dir;              // RKIT_CKPT_DIR ("" : none); RKIT_RESUME_FROM is its newest complete .rkpt
-  std::string events_path;           // rkit.train.event.v1 records ("" : none; "-" : stdout)
-  std::string run_id;                // "" : made up
+  int master_port = 0;      // one node: the workers' MASTER_PORT (0: a free one);
+                            // several: node 0's rendezvous (workers get a free port), required
+  std::string secret_file;  // the run's secret ("": RKIT_RUN_SECRET(_FILE), else one node makes one)
+  std::string log_dir;      // "" : no log files
+  std::string ckpt_dir;     // RKIT_CKPT_DIR ("" : none); RKIT_RESUME_FROM is its newest complete .rkpt
+  std::string events_path;  // rkit.train.event.v1 records ("" : none; "-" : stdout)
+  std::string run_id;       // "" : made up
   std::vector<std::string> command;
   std::vector<WorkerPlacement> placement;  // by local rank; empty: no binding
 };
@@ -93,9 +93,8 @@ struct Layout {
 void slurm_defaults(LaunchOptions& options, bool nnodes_given, bool node_rank_given, bool master_addr_given);
 
 // The environment of local worker `local_rank` of generation `restart_count` (torchrun's names).
-std::vector<std::pair<std::string, std::string>> worker_env(const LaunchOptions& options, int local_rank,
-                                                            const Layout& layout, int restart_count,
-                                                            const std::string& run_id, const std::string& heartbeat_file,
-                                                            const std::string& resume_from, const std::string& run_secret);
+std::vector<std::pair<std::string, std::string>> worker_env(
+    const LaunchOptions& options, int local_rank, const Layout& layout, int restart_count, const std::string& run_id,
+    const std::string& heartbeat_file, const std::string& resume_from, const std::string& run_secret);
 
 }  // namespace rkit::rtrain

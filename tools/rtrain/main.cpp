@@ -39,26 +39,37 @@ struct RunFlags {
     cmd->add_option("--layers", layers, "Layer sizes, inputs to outputs (default 256,1024,1024,1)")->type_name("LIST");
     cmd->add_option("--activation", activation, "gelu or relu (default gelu)")->type_name("ACT");
     cmd->add_option("--loss", loss, "mse (regression) or cross_entropy (classes) (default mse)")->type_name("LOSS");
-    cmd->add_option("--data", data, "synthetic, or a .csv, .npy or .safetensors file (default synthetic)")->type_name("FILE");
+    cmd->add_option("--data", data, "synthetic, or a .csv, .npy or .safetensors file (default synthetic)")
+        ->type_name("FILE");
     cmd->add_option("--rows", rows, "Rows of synthetic data (default 100000)")->type_name("N");
     cmd->add_option("--seed", seed, "Seed of weights, data and shuffling (default 0)")->type_name("N");
     cmd->add_option("--lr", lr, "Peak learning rate of AdamW (default 0.001)")->type_name("X");
     cmd->add_option("--weight-decay", weight_decay, "AdamW weight decay (default 0.01)")->type_name("X");
-    cmd->add_option("--warmup-steps", warmup_steps, "Linear warm-up steps before the cosine decay (default 100)")->type_name("N");
-    cmd->add_option("--clip-grad-norm", clip_grad_norm, "Clip the gradient's L2 norm to this (0: off; default 1)")->type_name("X");
-    cmd->add_option("--eval-every", eval_every, "Evaluate on the held-out rows every N steps (default: at the end)")->type_name("N");
+    cmd->add_option("--warmup-steps", warmup_steps, "Linear warm-up steps before the cosine decay (default 100)")
+        ->type_name("N");
+    cmd->add_option("--clip-grad-norm", clip_grad_norm, "Clip the gradient's L2 norm to this (0: off; default 1)")
+        ->type_name("X");
+    cmd->add_option("--eval-every", eval_every, "Evaluate on the held-out rows every N steps (default: at the end)")
+        ->type_name("N");
     cmd->add_option("--log-every", log_every, "Report a step record every N steps (default 10)")->type_name("N");
-    cmd->add_option("--target-loss", target_loss, "Report the time until the evaluation loss first reaches this")->type_name("X");
+    cmd->add_option("--target-loss", target_loss, "Report the time until the evaluation loss first reaches this")
+        ->type_name("X");
     cmd->add_option("--device", device, "cpu or cuda (default cpu)")->type_name("DEV");
-    cmd->add_option("--threads", threads, "CPU threads for the matrix products (default: the usable cores shared among this node's ranks)")->type_name("N");
+    cmd->add_option("--threads", threads,
+                    "CPU threads for the matrix products (default: the usable cores shared among this node's ranks)")
+        ->type_name("N");
     cmd->add_option("--bucket-mb", bucket_mb, "Gradient all-reduce bucket size in MiB (default 1)")->type_name("MB");
-    cmd->add_option("--ckpt-every", ckpt_every, "Checkpoint every N steps and at the end (default 0: never)")->type_name("N");
+    cmd->add_option("--ckpt-every", ckpt_every, "Checkpoint every N steps and at the end (default 0: never)")
+        ->type_name("N");
     cmd->add_option("--ckpt-dir", ckpt_dir, "Checkpoint folder (default $RKIT_CKPT_DIR)")->type_name("D");
     cmd->add_flag("--no-pack", no_pack, "Keep checkpoints as step-N/ folders: do not rckpt pack them");
-    cmd->add_option("--resume-from", resume_from, "Resume from this step-N/ folder or .rkpt (default: the newest in the checkpoint folder, else $RKIT_RESUME_FROM)")
+    cmd->add_option("--resume-from", resume_from,
+                    "Resume from this step-N/ folder or .rkpt (default: the newest in the checkpoint folder, else "
+                    "$RKIT_RESUME_FROM)")
         ->type_name("PATH");
     cmd->add_option("--output", output, "Write the final weights here (safetensors)")->type_name("FILE");
-    cmd->add_option("--events", events, "Also write every rkit.train.event.v1 record here (- for stdout)")->type_name("FILE");
+    cmd->add_option("--events", events, "Also write every rkit.train.event.v1 record here (- for stdout)")
+        ->type_name("FILE");
   }
 
   TrainConfig resolve() const {
@@ -125,7 +136,8 @@ int run_main(Tool& tool, const RunFlags& flags) {
   const CommonOptions& o = tool.options();
   std::ofstream events_file;
   std::ostream* events = nullptr;
-  if (c.events == "-") events = &std::cout;
+  if (c.events == "-")
+    events = &std::cout;
   else if (!c.events.empty()) {
     events_file.open(c.events, std::ios::app);
     if (!events_file) throw system_error("open " + c.events, errno);
@@ -148,13 +160,13 @@ int run_main(Tool& tool, const RunFlags& flags) {
   if (summary.is_object() && o.format() == Format::Table && !o.quiet && events != &std::cout) {  // rank 0 only
     const auto steps = summary.at("steps").get<std::uint64_t>(), start = summary.at("start_step").get<std::uint64_t>();
     std::cout << fmt::format("\n{} steps on {}, {} rank{}: {:.0f} samples/s, loss {:.6g}, eval loss {:.6g}",
-                             steps > start ? steps - start : 0,
-                             summary.at("device").get<std::string>(), summary.at("world_size").get<int>(),
-                             summary.at("world_size").get<int>() == 1 ? "" : "s",
+                             steps > start ? steps - start : 0, summary.at("device").get<std::string>(),
+                             summary.at("world_size").get<int>(), summary.at("world_size").get<int>() == 1 ? "" : "s",
                              summary.at("samples_per_s").get<double>(), summary.value("loss", 0.0),
                              summary.value("eval_loss", 0.0));
     if (summary.at("checkpoints").get<int>() > 0)
-      std::cout << fmt::format(", checkpoint stall {:.1f} ms in all", summary.at("checkpoint_stall_s").get<double>() * 1e3);
+      std::cout << fmt::format(", checkpoint stall {:.1f} ms in all",
+                               summary.at("checkpoint_stall_s").get<double>() * 1e3);
     std::cout << std::endl;
   }
   return 0;
@@ -165,40 +177,77 @@ int run_main(Tool& tool, const RunFlags& flags) {
 int main(int argc, char** argv) {
   using namespace rkit;
   using namespace rkit::rtrain;
-  Tool tool("rtrain", "Launch training workers as torchrun does, restarting the group when one fails; train an MLP natively");
+  Tool tool("rtrain",
+            "Launch training workers as torchrun does, restarting the group when one fails; train an MLP natively");
   auto* launch_cmd = tool.add_subcommand("launch", "Start NPROC workers of COMMAND on this node");
   LaunchOptions o;
   std::string nproc = "1";
-  launch_cmd->add_option("--nproc-per-node", nproc, "Workers on this node, 1 to 64, or auto: one per GPU, else per core (default 1)")
+  launch_cmd
+      ->add_option("--nproc-per-node", nproc,
+                   "Workers on this node, 1 to 64, or auto: one per GPU, else per core (default 1)")
       ->type_name("K|auto");
-  auto* nnodes_opt = launch_cmd->add_option("--nnodes", o.nnodes, "Nodes, one rtrain agent each (default 1)")->type_name("N")->check(CLI::Range(1, 4096));
-  auto* node_rank_opt = launch_cmd->add_option("--node-rank", o.node_rank, "This node's rank, 0 to N-1 (node 0 hosts the rendezvous; default 0)")
-      ->type_name("R")->check(CLI::Range(0, 4095));
-  auto* master_addr_opt = launch_cmd->add_option("--master-addr", o.master_addr, "Address of rank 0, the only one its stores listen on (default 127.0.0.1)")->type_name("A");
-  launch_cmd->add_option("--master-port", o.master_port, "One node: the workers' MASTER_PORT (default 0: a free one). Several: node 0's rendezvous (required)")
-      ->type_name("P")->check(CLI::Range(0, 65535));
-  launch_cmd->add_option("--secret-file", o.secret_file, "The run's secret, the same file on every node (mode 0600; default $RKIT_RUN_SECRET, else one node makes one)")
+  auto* nnodes_opt = launch_cmd->add_option("--nnodes", o.nnodes, "Nodes, one rtrain agent each (default 1)")
+                         ->type_name("N")
+                         ->check(CLI::Range(1, 4096));
+  auto* node_rank_opt = launch_cmd
+                            ->add_option("--node-rank", o.node_rank,
+                                         "This node's rank, 0 to N-1 (node 0 hosts the rendezvous; default 0)")
+                            ->type_name("R")
+                            ->check(CLI::Range(0, 4095));
+  auto* master_addr_opt = launch_cmd
+                              ->add_option("--master-addr", o.master_addr,
+                                           "Address of rank 0, the only one its stores listen on (default 127.0.0.1)")
+                              ->type_name("A");
+  launch_cmd
+      ->add_option(
+          "--master-port", o.master_port,
+          "One node: the workers' MASTER_PORT (default 0: a free one). Several: node 0's rendezvous (required)")
+      ->type_name("P")
+      ->check(CLI::Range(0, 65535));
+  launch_cmd
+      ->add_option("--secret-file", o.secret_file,
+                   "The run's secret, the same file on every node (mode 0600; default $RKIT_RUN_SECRET, else one node "
+                   "makes one)")
       ->type_name("FILE");
   launch_cmd->add_option("--max-restarts", o.max_restarts, "Restarts of the group after failures (default 0)")
-      ->type_name("M")->check(CLI::Range(0, 1000000));
-  launch_cmd->add_option("--restart-on", o.restart_on, "Exit codes that restart (default: any failure; 128+N for signal N)")
-      ->type_name("CODES")->delimiter(',');
-  launch_cmd->add_option("--heartbeat-timeout", o.heartbeat_timeout_s, "A worker that leaves $RKIT_HEARTBEAT_FILE untouched this long has hung (seconds; 0: off)")
-      ->type_name("S")->check(CLI::NonNegativeNumber);
-  launch_cmd->add_option("--kill-grace", o.kill_grace_s, "Seconds between SIGTERM and SIGKILL when the group stops (default 10)")
-      ->type_name("S")->check(CLI::NonNegativeNumber);
-  launch_cmd->add_option("--min-uptime", o.min_uptime_s, "A generation failing sooner after its start crashed at start; 3 in a row end the run (seconds; 0: off)")
-      ->type_name("S")->check(CLI::NonNegativeNumber);
+      ->type_name("M")
+      ->check(CLI::Range(0, 1000000));
+  launch_cmd
+      ->add_option("--restart-on", o.restart_on, "Exit codes that restart (default: any failure; 128+N for signal N)")
+      ->type_name("CODES")
+      ->delimiter(',');
+  launch_cmd
+      ->add_option("--heartbeat-timeout", o.heartbeat_timeout_s,
+                   "A worker that leaves $RKIT_HEARTBEAT_FILE untouched this long has hung (seconds; 0: off)")
+      ->type_name("S")
+      ->check(CLI::NonNegativeNumber);
+  launch_cmd
+      ->add_option("--kill-grace", o.kill_grace_s,
+                   "Seconds between SIGTERM and SIGKILL when the group stops (default 10)")
+      ->type_name("S")
+      ->check(CLI::NonNegativeNumber);
+  launch_cmd
+      ->add_option(
+          "--min-uptime", o.min_uptime_s,
+          "A generation failing sooner after its start crashed at start; 3 in a row end the run (seconds; 0: off)")
+      ->type_name("S")
+      ->check(CLI::NonNegativeNumber);
   std::string placement;
-  launch_cmd->add_option("--placement", placement, "Bind each worker to its CPUs and GPUs: rtop place --json records (- for stdin)")
+  launch_cmd
+      ->add_option("--placement", placement,
+                   "Bind each worker to its CPUs and GPUs: rtop place --json records (- for stdin)")
       ->type_name("FILE");
-  launch_cmd->add_option("--ckpt-dir", o.ckpt_dir, "Checkpoint folder: RKIT_CKPT_DIR, and RKIT_RESUME_FROM its newest complete .rkpt")
+  launch_cmd
+      ->add_option("--ckpt-dir", o.ckpt_dir,
+                   "Checkpoint folder: RKIT_CKPT_DIR, and RKIT_RESUME_FROM its newest complete .rkpt")
       ->type_name("D");
   launch_cmd->add_option("--log-dir", o.log_dir, "One log file per rank and attempt here")->type_name("D");
-  launch_cmd->add_option("--events", o.events_path, "Write rkit.train.event.v1 records here (- for stdout)")->type_name("FILE");
+  launch_cmd->add_option("--events", o.events_path, "Write rkit.train.event.v1 records here (- for stdout)")
+      ->type_name("FILE");
   launch_cmd->add_option("--run-id", o.run_id, "TORCHELASTIC_RUN_ID (default: made up)")->type_name("ID");
   launch_cmd->add_option("command", o.command, "The training command, after --")->type_name("CMD");
-  auto* run_cmd = tool.add_subcommand("run", "Train an MLP natively, data parallel under rtrain launch, with checkpoints");
+  auto* run_cmd =
+      tool.add_subcommand("run", "Train an MLP natively, data parallel under rtrain launch, with checkpoints");
   RunFlags run_flags;
   run_flags.add(run_cmd);
   return tool.run(argc, argv, [&]() -> int {
@@ -207,7 +256,8 @@ int main(int argc, char** argv) {
       o.nproc = nproc_per_node(nproc);
       slurm_defaults(o, nnodes_opt->count() > 0, node_rank_opt->count() > 0, master_addr_opt->count() > 0);
       if (!placement.empty()) o.placement = load_placement(placement, o.nproc);
-      if (!o.ckpt_dir.empty()) o.ckpt_dir = std::filesystem::absolute(o.ckpt_dir).string();  // the workers' cwd may differ
+      if (!o.ckpt_dir.empty())
+        o.ckpt_dir = std::filesystem::absolute(o.ckpt_dir).string();  // the workers' cwd may differ
       return launch(o);
     }
     usage_error("a subcommand is needed: rtrain launch [options] -- COMMAND");

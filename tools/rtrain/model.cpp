@@ -27,8 +27,10 @@ Mlp::Mlp(Device& dev, std::vector<std::size_t> layers, kernels::Activation act, 
     a_.push_back(&s == &slots_.back() ? z_.back() : dev_.alloc(max_rows_ * s.out));  // the last layer is linear
   }
   input_ = dev_.alloc(max_rows_ * layers_.front());
-  if (loss_ == Loss::Mse) target_ = dev_.alloc(max_rows_ * layers_.back());
-  else labels_ = static_cast<std::int32_t*>(dev_.alloc_bytes(max_rows_ * sizeof(std::int32_t)));
+  if (loss_ == Loss::Mse)
+    target_ = dev_.alloc(max_rows_ * layers_.back());
+  else
+    labels_ = static_cast<std::int32_t*>(dev_.alloc_bytes(max_rows_ * sizeof(std::int32_t)));
   back_[0] = dev_.alloc(max_rows_ * widest);
   back_[1] = dev_.alloc(max_rows_ * widest);
 }
@@ -48,8 +50,10 @@ void Mlp::init(std::uint64_t seed) {
 void Mlp::upload_batch(const float* x, const float* y, const std::int32_t* labels, std::size_t rows) {
   if (rows > max_rows_) throw Error(Exit::Software, "rtrain: a batch larger than the model's buffers");
   dev_.copy_in(input_, x, rows * layers_.front() * sizeof(float));
-  if (loss_ == Loss::Mse) dev_.copy_in(target_, y, rows * layers_.back() * sizeof(float));
-  else dev_.copy_in(labels_, labels, rows * sizeof(std::int32_t));
+  if (loss_ == Loss::Mse)
+    dev_.copy_in(target_, y, rows * layers_.back() * sizeof(float));
+  else
+    dev_.copy_in(labels_, labels, rows * sizeof(std::int32_t));
 }
 
 void Mlp::forward(std::size_t rows) {
@@ -99,7 +103,8 @@ double Mlp::forward_backward(std::size_t rows, float grad_scale, const std::func
 std::pair<double, std::size_t> Mlp::evaluate(std::size_t rows) {
   forward(rows);
   const double sum = loss(rows, 0.0f, back_[0]);
-  const std::size_t correct = loss_ == Loss::CrossEntropy ? dev_.count_correct(rows, layers_.back(), a_.back(), labels_) : 0;
+  const std::size_t correct =
+      loss_ == Loss::CrossEntropy ? dev_.count_correct(rows, layers_.back(), a_.back(), labels_) : 0;
   return {sum, correct};
 }
 

@@ -77,10 +77,10 @@ class Mlp {
   std::vector<LayerSlot> slots_;
   std::size_t params_count_ = 0;
   float *params_ = nullptr, *grads_ = nullptr, *exp_avg_ = nullptr, *exp_avg_sq_ = nullptr;
-  std::vector<float*> z_, a_;      // per layer: pre-activations and outputs (max_rows x out)
-  float* input_ = nullptr;         // max_rows x inputs
-  float* target_ = nullptr;        // max_rows x outputs (MSE)
-  std::int32_t* labels_ = nullptr; // max_rows (CE)
+  std::vector<float*> z_, a_;            // per layer: pre-activations and outputs (max_rows x out)
+  float* input_ = nullptr;               // max_rows x inputs
+  float* target_ = nullptr;              // max_rows x outputs (MSE)
+  std::int32_t* labels_ = nullptr;       // max_rows (CE)
   float* back_[2] = {nullptr, nullptr};  // max_rows x widest layer: dL/dz of a layer, dL/d(its input)
 
   void forward(std::size_t rows);

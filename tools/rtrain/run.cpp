@@ -2,9 +2,9 @@
 #include "run.hpp"
 
 #include <fcntl.h>
-#include <unistd.h>
 #include <fmt/format.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -89,8 +89,10 @@ struct Batch {
   std::vector<std::int32_t> labels;
   void fill(const Dataset& d, std::span<const std::uint64_t> rows, bool classify) {
     x.resize(rows.size() * d.features());
-    if (classify) labels.resize(rows.size());
-    else y.resize(rows.size() * d.outputs());
+    if (classify)
+      labels.resize(rows.size());
+    else
+      y.resize(rows.size() * d.outputs());
     d.gather(rows, x.data(), classify ? nullptr : y.data(), classify ? labels.data() : nullptr);
   }
 };
@@ -99,8 +101,10 @@ struct Batch {
 std::string resume_path(const TrainConfig& c, Communicator& comm) {
   std::string path;
   if (comm.rank() == 0) {
-    if (!c.resume_from.empty()) path = c.resume_from;
-    else if (!c.ckpt_dir.empty()) path = newest_checkpoint_in(c.ckpt_dir);
+    if (!c.resume_from.empty())
+      path = c.resume_from;
+    else if (!c.ckpt_dir.empty())
+      path = newest_checkpoint_in(c.ckpt_dir);
     if (path.empty()) path = env_or("RKIT_RESUME_FROM", "");
   }
   std::vector<char> buf(4096, 0);
@@ -122,18 +126,19 @@ void check_fits_in_memory(const TrainConfig& c) {
   const double bytes = 4.0 * (4 * params + rows * (3 * widths + static_cast<double>(c.layers.front()) + c.outputs()));
   const double ram = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGE_SIZE));
   if (ram > 0 && bytes > 0.8 * ram)
-    throw Error(Exit::Usage, fmt::format("the model and batch need {:.1f} GiB, more than this machine's {:.1f} GiB allows: "
-                                         "fewer or smaller layers, or a smaller --batch-size",
-                                         bytes / (1u << 30), ram / (1u << 30)));
+    throw Error(Exit::Usage,
+                fmt::format("the model and batch need {:.1f} GiB, more than this machine's {:.1f} GiB allows: "
+                            "fewer or smaller layers, or a smaller --batch-size",
+                            bytes / (1u << 30), ram / (1u << 30)));
 }
 
 // --output is checked before hours of training, not after: its folder must be writable.
 void check_output(const std::string& path) {
   if (path.empty()) return;
   const std::string dir = parent_dir(path);
-  if (::access(dir.c_str(), F_OK) != 0)
-    throw Error(Exit::NoInput, fmt::format("--output {}: no folder {}", path, dir));
-  if (::access(dir.c_str(), W_OK) != 0) throw Error(Exit::NoPerm, fmt::format("--output {}: cannot write in {}", path, dir));
+  if (::access(dir.c_str(), F_OK) != 0) throw Error(Exit::NoInput, fmt::format("--output {}: no folder {}", path, dir));
+  if (::access(dir.c_str(), W_OK) != 0)
+    throw Error(Exit::NoPerm, fmt::format("--output {}: cannot write in {}", path, dir));
 }
 
 }  // namespace
@@ -186,7 +191,8 @@ Json run_training(const TrainConfig& c, const std::function<void(const Json&)>& 
   std::unique_ptr<Device> dev = make_device(c.device, threads, env.local_rank);
   std::unique_ptr<Dataset> data = open_data(c);
   const bool classify = c.loss == Loss::CrossEntropy;
-  const std::uint64_t eval_count = static_cast<std::uint64_t>(std::floor(static_cast<double>(data->rows()) * c.eval_fraction));
+  const std::uint64_t eval_count =
+      static_cast<std::uint64_t>(std::floor(static_cast<double>(data->rows()) * c.eval_fraction));
   const std::uint64_t train_rows = data->rows() - eval_count;
   Sampler sampler(train_rows, c.seed, rank, world, c.batch_size);
   const std::uint64_t total = c.steps > 0 ? c.steps : c.epochs * sampler.steps_per_epoch();
@@ -199,13 +205,15 @@ Json run_training(const TrainConfig& c, const std::function<void(const Json&)>& 
   if (!resume.empty()) {
     TrainState s = load_checkpoint(resume, net.tensors(), c.fingerprint(), net.parameters());
     if (s.seed != c.seed)
-      throw Error(Exit::DataErr, fmt::format("checkpoint {} was made with seed {}, this run has seed {}", resume, s.seed, c.seed));
+      throw Error(Exit::DataErr,
+                  fmt::format("checkpoint {} was made with seed {}, this run has seed {}", resume, s.seed, c.seed));
     dev->copy_in(net.params(), s.params.data(), s.params.size() * sizeof(float));
     dev->copy_in(net.exp_avg(), s.exp_avg.data(), s.exp_avg.size() * sizeof(float));
     dev->copy_in(net.exp_avg_sq(), s.exp_avg_sq.data(), s.exp_avg_sq.size() * sizeof(float));
     start = static_cast<std::uint64_t>(s.step);
     if (start > total)
-      throw Error(Exit::Usage, fmt::format("checkpoint {} is of step {}, past this run's last step {}", resume, start, total));
+      throw Error(Exit::Usage,
+                  fmt::format("checkpoint {} is of step {}, past this run's last step {}", resume, start, total));
     emit({{"event", "resume"}, {"step", start}, {"path", resume}});
   }
 
@@ -220,7 +228,8 @@ Json run_training(const TrainConfig& c, const std::function<void(const Json&)>& 
     ranges.emplace_back(net.slots()[lo].weight, net.slots()[hi].bias + net.slots()[hi].out - net.slots()[lo].weight);
     for (std::size_t l : buckets[b]) bucket_of[l] = b;
   }
-  std::unique_ptr<GradReducer> reducer = dev->make_reducer(*comm, net.grads(), ranges, 1.0f / static_cast<float>(world));
+  std::unique_ptr<GradReducer> reducer =
+      dev->make_reducer(*comm, net.grads(), ranges, 1.0f / static_cast<float>(world));
   std::vector<std::size_t> pending(buckets.size());
 
   std::optional<Checkpointer> ckpt;
@@ -230,7 +239,11 @@ Json run_training(const TrainConfig& c, const std::function<void(const Json&)>& 
   auto report_checkpoints = [&] {
     for (const CheckpointDone& d : ckpt->take_done()) {
       sync_pack_s += d.write_s + d.pack_s;
-      emit({{"event", "checkpoint"}, {"step", d.step}, {"path", d.path}, {"bytes", d.bytes}, {"write_s", d.write_s},
+      emit({{"event", "checkpoint"},
+            {"step", d.step},
+            {"path", d.path},
+            {"bytes", d.bytes},
+            {"write_s", d.write_s},
             {"pack_s", d.pack_s}});
     }
   };
@@ -299,8 +312,10 @@ Json run_training(const TrainConfig& c, const std::function<void(const Json&)>& 
     const CommTimes ct = reducer->wait();
     const double norm = std::sqrt(net.grad_norm_squared());
     if (!std::isfinite(norm))
-      throw Error(Exit::DataErr, fmt::format("step {}: the gradient is not finite (loss {}): lower the learning rate", step + 1, loss_sum));
-    const float clip = c.clip_grad_norm > 0 && norm > c.clip_grad_norm ? static_cast<float>(c.clip_grad_norm / (norm + 1e-6)) : 1.0f;
+      throw Error(Exit::DataErr, fmt::format("step {}: the gradient is not finite (loss {}): lower the learning rate",
+                                             step + 1, loss_sum));
+    const float clip =
+        c.clip_grad_norm > 0 && norm > c.clip_grad_norm ? static_cast<float>(c.clip_grad_norm / (norm + 1e-6)) : 1.0f;
     const double lr = learning_rate(c, step, total);
     net.step(kernels::AdamwStep::make(static_cast<float>(lr), static_cast<float>(c.beta1), static_cast<float>(c.beta2),
                                       static_cast<float>(c.eps), static_cast<float>(c.weight_decay), clip,

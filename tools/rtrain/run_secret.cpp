@@ -34,9 +34,10 @@ RunSecret RunSecret::generate() {
 
 RunSecret RunSecret::from_text(std::string text, const std::string& source) {
   if (text.size() < kMinBytes || text.size() > kMaxBytes)
-    throw Error(Exit::Usage, fmt::format("{}: a run secret must be {} to {} bytes, not {}", source, kMinBytes,
-                                         kMaxBytes, text.size()),
-                "make one with: openssl rand -hex 32");
+    throw Error(
+        Exit::Usage,
+        fmt::format("{}: a run secret must be {} to {} bytes, not {}", source, kMinBytes, kMaxBytes, text.size()),
+        "make one with: openssl rand -hex 32");
   for (const char c : text)
     if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
       throw Error(Exit::Usage, fmt::format("{}: a run secret is one line of text, without control characters", source),
@@ -47,19 +48,19 @@ RunSecret RunSecret::from_text(std::string text, const std::string& source) {
 RunSecret RunSecret::from_file(const std::string& path) {
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
   if (!fd) {
-    if (errno == ELOOP) throw Error(Exit::NoPerm, fmt::format("secret file {}: is a symbolic link", path),
-                                    "name the file itself");
+    if (errno == ELOOP)
+      throw Error(Exit::NoPerm, fmt::format("secret file {}: is a symbolic link", path), "name the file itself");
     throw system_error("secret file " + path, errno);
   }
-  struct stat sb{};
+  struct stat sb {};
   if (::fstat(fd.get(), &sb) != 0) throw system_error("secret file " + path, errno);
   if (!S_ISREG(sb.st_mode)) throw Error(Exit::NoPerm, fmt::format("secret file {}: not a regular file", path));
   if (sb.st_uid != ::geteuid())
-    throw Error(Exit::NoPerm, fmt::format("secret file {}: owned by uid {}, not by this user ({})", path, sb.st_uid,
-                                          ::geteuid()));
+    throw Error(Exit::NoPerm,
+                fmt::format("secret file {}: owned by uid {}, not by this user ({})", path, sb.st_uid, ::geteuid()));
   if (sb.st_mode & (S_IRWXG | S_IRWXO))
-    throw Error(Exit::NoPerm, fmt::format("secret file {}: group or others may access it (mode {:04o})", path,
-                                          sb.st_mode & 07777),
+    throw Error(Exit::NoPerm,
+                fmt::format("secret file {}: group or others may access it (mode {:04o})", path, sb.st_mode & 07777),
                 fmt::format("chmod 600 {}", path));
   std::string text;
   char buf[4096];

@@ -41,11 +41,11 @@ constexpr char kAuthMagic[4] = {'R', 'K', 'C', '1'};
 constexpr char kOkMagic[4] = {'R', 'K', 'O', 'K'};
 constexpr char kNoMagic[4] = {'R', 'K', 'N', 'O'};
 constexpr std::size_t kNonce = 32, kTag = crypto_auth_hmacsha512256_BYTES;
-constexpr std::size_t kHello = 4 + kNonce;             // "RKS1" Ns
-constexpr std::size_t kAuth = 4 + kNonce + kTag;       // "RKC1" Nc proof
-constexpr std::size_t kAnswer = 4 + kTag;              // "RKOK" proof ("RKNO": 4 bytes only)
-constexpr std::size_t kKeyOverhead = 64;               // what a key costs beyond its bytes, for max_bytes
-constexpr std::size_t kMaxAwaitMs = 60000;             // the longest an await waits
+constexpr std::size_t kHello = 4 + kNonce;        // "RKS1" Ns
+constexpr std::size_t kAuth = 4 + kNonce + kTag;  // "RKC1" Nc proof
+constexpr std::size_t kAnswer = 4 + kTag;         // "RKOK" proof ("RKNO": 4 bytes only)
+constexpr std::size_t kKeyOverhead = 64;          // what a key costs beyond its bytes, for max_bytes
+constexpr std::size_t kMaxAwaitMs = 60000;        // the longest an await waits
 static_assert(kTag == 32);
 
 int ms_left(Clock::time_point deadline) {
@@ -119,7 +119,8 @@ class Cursor {
 };
 
 // HMAC(key, label || a || b): a handshake proof.
-std::array<unsigned char, kTag> proof(const Key& key, const char* label, const unsigned char* a, const unsigned char* b) {
+std::array<unsigned char, kTag> proof(const Key& key, const char* label, const unsigned char* a,
+                                      const unsigned char* b) {
   crypto_auth_hmacsha512256_state st;
   crypto_auth_hmacsha512256_init(&st, key.data(), key.size());
   crypto_auth_hmacsha512256_update(&st, reinterpret_cast<const unsigned char*>(label), std::strlen(label));
@@ -252,7 +253,8 @@ long diag_uid(const sockaddr_storage& self, const sockaddr_storage& other) {
   id.idiag_cookie[0] = id.idiag_cookie[1] = INET_DIAG_NOCOOKIE;
   sockaddr_nl kernel{};
   kernel.nl_family = AF_NETLINK;
-  if (::sendto(fd.get(), &msg, sizeof msg, 0, reinterpret_cast<sockaddr*>(&kernel), sizeof kernel) != sizeof msg) return -2;
+  if (::sendto(fd.get(), &msg, sizeof msg, 0, reinterpret_cast<sockaddr*>(&kernel), sizeof kernel) != sizeof msg)
+    return -2;
   pollfd p{fd.get(), POLLIN, 0};
   if (::poll(&p, 1, 1000) != 1) return -2;
   alignas(nlmsghdr) char buf[8192];
@@ -382,9 +384,9 @@ class TcpStore::Server {
     std::uint64_t seq_in = 0, seq_out = 0;
     std::vector<char> in, out;
     std::size_t out_off = 0;
-    std::vector<char> parked;           // a get or wait whose keys are missing: answered after a later set
+    std::vector<char> parked;  // a get or wait whose keys are missing: answered after a later set
     Clock::time_point parked_until = Clock::time_point::max();  // an await's: answered then in any case
-    std::vector<std::string> watches;   // keys created with watch: KEY#closed is set when this closes
+    std::vector<std::string> watches;  // keys created with watch: KEY#closed is set when this closes
   };
 
   std::size_t in_cap(const Conn& c) const { return c.authed ? 4 + max_frame(limits_) + kTag : kAuth; }
@@ -567,8 +569,10 @@ class TcpStore::Server {
       ++c.seq_in;
       std::vector<char> request(payload, payload + n);
       pos += 4 + n + kTag;
-      if (!answer(c, request, changed, true)) c.parked = std::move(request);
-      else flush(c);
+      if (!answer(c, request, changed, true))
+        c.parked = std::move(request);
+      else
+        flush(c);
     }
     c.in.erase(c.in.begin(), c.in.begin() + static_cast<std::ptrdiff_t>(pos));
   }
@@ -589,8 +593,10 @@ class TcpStore::Server {
     if (it == kv_.end() && kv_.size() >= limits_.max_keys) return false;
     if (bytes_ - old + add > limits_.max_bytes) return false;
     bytes_ = bytes_ - old + add;
-    if (it == kv_.end()) kv_.emplace(key, value);
-    else it->second = value;
+    if (it == kv_.end())
+      kv_.emplace(key, value);
+    else
+      it->second = value;
     return true;
   }
 
@@ -674,7 +680,8 @@ class TcpStore::Server {
         std::size_t wait_ms = 0;
         if (!in.u32(wait_ms) || !in.keys(keys, limits_) || !in.done()) return c.dead = true;
         const auto now = Clock::now();
-        const auto until = fresh ? now + std::chrono::milliseconds(std::min<std::size_t>(wait_ms, kMaxAwaitMs)) : c.parked_until;
+        const auto until =
+            fresh ? now + std::chrono::milliseconds(std::min<std::size_t>(wait_ms, kMaxAwaitMs)) : c.parked_until;
         const bool any = std::any_of(keys.begin(), keys.end(), [&](const std::string& k) { return kv_.count(k) > 0; });
         if (!any && now < until) {
           c.parked_until = until;
@@ -693,8 +700,7 @@ class TcpStore::Server {
         }
         reply(c, {0});
         return true;
-      default:
-        return c.dead = true;
+      default: return c.dead = true;
     }
   }
 
@@ -760,7 +766,8 @@ TcpStore::TcpStore(const std::string& host, int port, bool is_host, std::chrono:
     : host_(host), port_(port), timeout_(timeout), key_(key), limits_(limits) {
   sodium_ready();
   if (is_no_secret(key_) && !is_loopback(host))
-    throw Error(Exit::Usage, fmt::format("store {}:{}: without a run secret the store is for loopback addresses only", host, port),
+    throw Error(Exit::Usage,
+                fmt::format("store {}:{}: without a run secret the store is for loopback addresses only", host, port),
                 "set RKIT_RUN_SECRET (the same on every rank), as rtrain launch does");
   if (is_host) {
     server_ = std::make_unique<Server>(host, port, key_, limits_);
@@ -794,8 +801,8 @@ void TcpStore::connect_locked(Clock::time_point deadline) {
   const std::string service = std::to_string(port_);
   const int rc = ::getaddrinfo(host_.c_str(), service.c_str(), &hints, &res);
   if (rc != 0)
-    throw Error(Exit::Unavailable, fmt::format("store {}:{}: cannot resolve the host: {}", host_, port_,
-                                               ::gai_strerror(rc)));
+    throw Error(Exit::Unavailable,
+                fmt::format("store {}:{}: cannot resolve the host: {}", host_, port_, ::gai_strerror(rc)));
   std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> guard(res, &::freeaddrinfo);
   const bool same_user = is_no_secret(key_);
   const auto refused = [&](const std::string& why, const std::string& hint) {
@@ -813,8 +820,10 @@ void TcpStore::connect_locked(Clock::time_point deadline) {
           pollfd pfd{fd.get(), POLLOUT, 0};
           const int n = ::poll(&pfd, 1, std::max(ms_left(deadline), 1));
           socklen_t len = sizeof err;
-          if (n <= 0) err = ETIMEDOUT;
-          else if (::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+          if (n <= 0)
+            err = ETIMEDOUT;
+          else if (::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len) != 0)
+            err = errno;
         }
       }
       if (err != 0) {
@@ -826,7 +835,8 @@ void TcpStore::connect_locked(Clock::time_point deadline) {
       if (same_user) {
         const long uid = peer_uid(fd.get());
         if (uid != static_cast<long>(::geteuid()))
-          throw refused(uid < 0 ? "cannot tell who listens there" : fmt::format("the listener there is another user's (uid {})", uid),
+          throw refused(uid < 0 ? "cannot tell who listens there"
+                                : fmt::format("the listener there is another user's (uid {})", uid),
                         "not this run's store: a stranger may hold the port; set RKIT_RUN_SECRET on every rank");
       }
       // The handshake; a host that says nothing in time, or drops us (it sheds handshakes
@@ -857,10 +867,12 @@ void TcpStore::connect_locked(Clock::time_point deadline) {
         continue;
       }
       if (std::memcmp(answer, kNoMagic, 4) == 0)
-        throw refused(same_user ? "refused this client (it wants the run's secret, or another user's)"
-                                : "refused this client's run secret",
-                      "every peer of a run needs the same secret (RKIT_RUN_SECRET, RKIT_RUN_SECRET_FILE, --secret-file)");
-      if (std::memcmp(answer, kOkMagic, 4) != 0) throw refused("a bad handshake answer", "another program holds the port");
+        throw refused(
+            same_user ? "refused this client (it wants the run's secret, or another user's)"
+                      : "refused this client's run secret",
+            "every peer of a run needs the same secret (RKIT_RUN_SECRET, RKIT_RUN_SECRET_FILE, --secret-file)");
+      if (std::memcmp(answer, kOkMagic, 4) != 0)
+        throw refused("a bad handshake answer", "another program holds the port");
       if (auto r = recv_all(fd.get(), answer + 4, kTag, hs_deadline); !r.empty()) {
         why = "handshake: " + r;
         continue;
@@ -877,8 +889,8 @@ void TcpStore::connect_locked(Clock::time_point deadline) {
     }
     if (Clock::now() >= deadline) break;
     // The host (rank 0) may not listen yet: try again shortly.
-    std::this_thread::sleep_for(std::min(std::chrono::milliseconds(50),
-                                         std::chrono::milliseconds(std::max(ms_left(deadline), 1))));
+    std::this_thread::sleep_for(
+        std::min(std::chrono::milliseconds(50), std::chrono::milliseconds(std::max(ms_left(deadline), 1))));
   }
   throw Error(Exit::Unavailable,
               fmt::format("store {}:{}: not reachable within {} ms: {}", host_, port_,
@@ -909,11 +921,13 @@ std::vector<char> TcpStore::request(const std::vector<char>& payload, std::chron
   if (n < 1 || n > max_frame(limits_) + 64) throw fail(Exit::Software, "a reply of a bad length");
   std::vector<char> reply(n + kTag);
   if (auto r = recv_all(fd_, reply.data(), reply.size(), deadline); !r.empty()) throw io_failure(r);
-  if (!tag_ok(k_in_, seq_in_, reply.data(), n, reply.data() + n)) throw fail(Exit::Software, "a reply that fails its check");
+  if (!tag_ok(k_in_, seq_in_, reply.data(), n, reply.data() + n))
+    throw fail(Exit::Software, "a reply that fails its check");
   ++seq_in_;
   reply.resize(n);
   if (reply[0] == 1)
-    throw Error(Exit::Software, fmt::format("store {}:{}: {}: {}", host_, port_, what, std::string(reply.begin() + 1, reply.end())));
+    throw Error(Exit::Software,
+                fmt::format("store {}:{}: {}: {}", host_, port_, what, std::string(reply.begin() + 1, reply.end())));
   if (reply[0] != 0) throw fail(Exit::Software, "bad reply");
   return reply;
 }
@@ -922,7 +936,8 @@ namespace {
 
 void check_key(const std::string& key, const StoreLimits& l) {
   if (key.size() > l.max_key)
-    throw Error(Exit::Software, fmt::format("rendezvous store: key '{}...' is longer than {} bytes", key.substr(0, 32), l.max_key));
+    throw Error(Exit::Software,
+                fmt::format("rendezvous store: key '{}...' is longer than {} bytes", key.substr(0, 32), l.max_key));
 }
 
 std::vector<char> keys_request(char op, const std::vector<std::string>& keys, const StoreLimits& l) {
@@ -953,7 +968,8 @@ std::string names_of(const std::vector<std::string>& keys) {
 void TcpStore::set(const std::string& key, const std::vector<char>& data) {
   check_key(key, limits_);
   if (data.size() > limits_.max_value)
-    throw Error(Exit::Software, fmt::format("rendezvous store: the value of '{}' is longer than {} bytes", key, limits_.max_value));
+    throw Error(Exit::Software,
+                fmt::format("rendezvous store: the value of '{}' is longer than {} bytes", key, limits_.max_value));
   std::vector<char> msg{'S'};
   put_str(msg, key);
   put_bytes(msg, data);
@@ -963,7 +979,8 @@ void TcpStore::set(const std::string& key, const std::vector<char>& data) {
 bool TcpStore::create(const std::string& key, const std::vector<char>& data, bool watch) {
   check_key(key, limits_);
   if (data.size() > limits_.max_value)
-    throw Error(Exit::Software, fmt::format("rendezvous store: the value of '{}' is longer than {} bytes", key, limits_.max_value));
+    throw Error(Exit::Software,
+                fmt::format("rendezvous store: the value of '{}' is longer than {} bytes", key, limits_.max_value));
   std::vector<char> msg{'C'};
   put_str(msg, key);
   put_bytes(msg, data);
@@ -1013,7 +1030,8 @@ std::vector<std::optional<std::vector<char>>> TcpStore::parse_lookup(const std::
     if (!in.u8(present)) throw Error(Exit::Software, fmt::format("store {}:{}: bad reply", host_, port_));
     if (!present) continue;
     v.emplace();
-    if (!in.bytes(*v, max_frame(limits_))) throw Error(Exit::Software, fmt::format("store {}:{}: bad reply", host_, port_));
+    if (!in.bytes(*v, max_frame(limits_)))
+      throw Error(Exit::Software, fmt::format("store {}:{}: bad reply", host_, port_));
   }
   return out;
 }

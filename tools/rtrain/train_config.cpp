@@ -19,8 +19,9 @@ namespace {
 const std::map<std::string, std::set<std::string>> kKeys = {
     {"model", {"layers", "activation", "loss"}},
     {"data", {"source", "rows", "factors", "noise", "eval_fraction"}},
-    {"train", {"batch_size", "steps", "epochs", "lr", "min_lr", "weight_decay", "beta1", "beta2", "eps", "warmup_steps",
-               "clip_grad_norm", "eval_every", "log_every", "seed", "target_loss", "device", "threads", "bucket_mb"}},
+    {"train",
+     {"batch_size", "steps", "epochs", "lr", "min_lr", "weight_decay", "beta1", "beta2", "eps", "warmup_steps",
+      "clip_grad_norm", "eval_every", "log_every", "seed", "target_loss", "device", "threads", "bucket_mb"}},
     {"checkpoint", {"every", "dir", "pack"}},
 };
 
@@ -29,8 +30,9 @@ void check_keys(const Config& cfg) {
     const std::string name(table.str());
     const auto known = kKeys.find(name);
     if (known == kKeys.end() || !node.is_table())
-      throw Error(Exit::Config, fmt::format("{}: unknown table '{}' (expected [model], [data], [train] or [checkpoint])",
-                                            cfg.where(name), name));
+      throw Error(Exit::Config,
+                  fmt::format("{}: unknown table '{}' (expected [model], [data], [train] or [checkpoint])",
+                              cfg.where(name), name));
     for (const auto& [key, _] : *node.as_table())
       if (!known->second.count(std::string(key.str())))
         throw Error(Exit::Config, fmt::format("{}:{}:{}: unknown key '{}.{}'", cfg.path, key.source().begin.line,
@@ -83,7 +85,8 @@ std::vector<std::size_t> parse_layers(const std::string& text) {
     sizes.push_back(v);
     start = end + 1;
   }
-  if (sizes.size() < 2) throw Error(Exit::Usage, fmt::format("layers '{}': need inputs and outputs, at least 2 sizes", text));
+  if (sizes.size() < 2)
+    throw Error(Exit::Usage, fmt::format("layers '{}': need inputs and outputs, at least 2 sizes", text));
   return sizes;
 }
 
@@ -94,14 +97,16 @@ TrainConfig load_train_config(const std::string& path) {
   if (auto node = cfg.table.at_path("model.layers")) {
     const toml::array* arr = node.as_array();
     std::string text;
-    if (!arr) throw Error(Exit::Config, fmt::format("{}: 'model.layers' must be an array of sizes", cfg.where("model.layers")));
+    if (!arr)
+      throw Error(Exit::Config, fmt::format("{}: 'model.layers' must be an array of sizes", cfg.where("model.layers")));
     for (const auto& v : *arr) {
       auto n = v.value_exact<std::int64_t>();
       text += (text.empty() ? "" : ",") + (n ? std::to_string(*n) : std::string("?"));
     }
     c.layers = meaning(cfg, "model.layers", [&] { return parse_layers(text); });
   }
-  if (auto v = cfg.get_string("model.activation")) c.activation = meaning(cfg, "model.activation", [&] { return parse_activation(*v); });
+  if (auto v = cfg.get_string("model.activation"))
+    c.activation = meaning(cfg, "model.activation", [&] { return parse_activation(*v); });
   if (auto v = cfg.get_string("model.loss")) c.loss = meaning(cfg, "model.loss", [&] { return parse_loss(*v); });
   if (auto v = cfg.get_string("data.source")) c.data = *v;
   if (auto v = count_at(cfg, "data.rows")) c.rows = *v;
@@ -112,9 +117,14 @@ TrainConfig load_train_config(const std::string& path) {
   if (auto v = count_at(cfg, "train.steps")) c.steps = *v;
   if (auto v = count_at(cfg, "train.epochs")) c.epochs = *v;
   if (c.epochs > 0 && !cfg.table.at_path("train.steps")) c.steps = 0;  // epochs alone: the file means epochs
-  for (auto [key, field] : {std::pair{"train.lr", &c.lr}, {"train.min_lr", &c.min_lr}, {"train.weight_decay", &c.weight_decay},
-                            {"train.beta1", &c.beta1}, {"train.beta2", &c.beta2}, {"train.eps", &c.eps},
-                            {"train.clip_grad_norm", &c.clip_grad_norm}, {"train.bucket_mb", &c.bucket_mb}})
+  for (auto [key, field] : {std::pair{"train.lr", &c.lr},
+                            {"train.min_lr", &c.min_lr},
+                            {"train.weight_decay", &c.weight_decay},
+                            {"train.beta1", &c.beta1},
+                            {"train.beta2", &c.beta2},
+                            {"train.eps", &c.eps},
+                            {"train.clip_grad_norm", &c.clip_grad_norm},
+                            {"train.bucket_mb", &c.bucket_mb}})
     if (auto v = cfg.get_number(key)) *field = *v;
   if (auto v = count_at(cfg, "train.warmup_steps")) c.warmup_steps = *v;
   if (auto v = count_at(cfg, "train.eval_every")) c.eval_every = *v;

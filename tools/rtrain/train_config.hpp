@@ -33,27 +33,27 @@ struct TrainConfig {
   double noise = 0.5;              // synthetic noise scale
   double eval_fraction = 0.05;     // the tail held out for evaluation
   // [train]
-  std::size_t batch_size = 512;    // per rank
-  std::uint64_t steps = 1000;      // 0: use epochs
+  std::size_t batch_size = 512;  // per rank
+  std::uint64_t steps = 1000;    // 0: use epochs
   std::uint64_t epochs = 0;
   double lr = 1e-3, min_lr = 0, weight_decay = 0.01, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
   std::uint64_t warmup_steps = 100;
-  double clip_grad_norm = 1.0;     // 0: no clipping
-  std::uint64_t eval_every = 0;    // 0: only at the end
+  double clip_grad_norm = 1.0;   // 0: no clipping
+  std::uint64_t eval_every = 0;  // 0: only at the end
   std::uint64_t log_every = 10;
   std::uint64_t seed = 0;
   std::optional<double> target_loss;  // time to this evaluation loss in the summary
-  std::string device = "cpu";      // cpu | cuda
-  int threads = 0;                 // CPU threads for BLAS (0: the usable cores / LOCAL_WORLD_SIZE)
-  double bucket_mb = 1.0;          // gradient bucket size for the overlapped all-reduce
+  std::string device = "cpu";         // cpu | cuda
+  int threads = 0;                    // CPU threads for BLAS (0: the usable cores / LOCAL_WORLD_SIZE)
+  double bucket_mb = 1.0;             // gradient bucket size for the overlapped all-reduce
   // [checkpoint]
-  std::uint64_t ckpt_every = 0;    // steps between checkpoints (0: none)
-  std::string ckpt_dir;            // default $RKIT_CKPT_DIR
-  bool pack = true;                // rckpt pack each checkpoint in the background
-  std::string resume_from;         // default: the newest complete in ckpt_dir, else $RKIT_RESUME_FROM
+  std::uint64_t ckpt_every = 0;  // steps between checkpoints (0: none)
+  std::string ckpt_dir;          // default $RKIT_CKPT_DIR
+  bool pack = true;              // rckpt pack each checkpoint in the background
+  std::string resume_from;       // default: the newest complete in ckpt_dir, else $RKIT_RESUME_FROM
   // outputs
-  std::string output;              // final weights (safetensors, rank 0)
-  std::string events;              // rkit.train.event.v1 records ("-": stdout)
+  std::string output;  // final weights (safetensors, rank 0)
+  std::string events;  // rkit.train.event.v1 records ("-": stdout)
 
   std::size_t outputs() const { return layers.back(); }
   // Checks ranges and combinations; Error(Usage) "lr must be > 0" (the configuration's key names).

@@ -16,9 +16,9 @@
 // of a killed one (see remove_if_abandoned).
 #pragma once
 
+#include <sys/types.h>
 #include <string>
 #include <string_view>
-#include <sys/types.h>
 
 namespace rkit {
 

@@ -66,10 +66,10 @@ enum class CgroupVersion { None, V1, V2 };
 
 // What a job may use. Every field left empty leaves that resource unconfined.
 struct CgroupLimits {
-  std::vector<int> cpus;                     // CPU numbers (the union of the tasks' PUs); empty: no cpuset
-  std::vector<int> mems;                     // memory (NUMA) nodes with `cpus`; empty: the parent's
-  std::optional<std::uint64_t> memory_bytes; // hard limit, swap included; over it the kernel OOM-kills
-  std::optional<int> pids_max;               // most tasks (processes and threads) at once
+  std::vector<int> cpus;                      // CPU numbers (the union of the tasks' PUs); empty: no cpuset
+  std::vector<int> mems;                      // memory (NUMA) nodes with `cpus`; empty: the parent's
+  std::optional<std::uint64_t> memory_bytes;  // hard limit, swap included; over it the kernel OOM-kills
+  std::optional<int> pids_max;                // most tasks (processes and threads) at once
   // Set: only these NVIDIA GPU minors (0..253; /dev/nvidiaN) can be opened, plus
   // nvidiactl, nvidia-modeset and nvidia-uvm; an empty vector hides every GPU.
   // nullopt: devices untouched. v1 only (see above).
@@ -78,9 +78,9 @@ struct CgroupLimits {
 
 // What a job used, read from the kernel's counters.
 struct CgroupUsage {
-  double cpu_s = 0;                               // user + system CPU seconds of every process
-  std::optional<std::uint64_t> peak_memory_bytes; // high-water mark (page cache included); nullopt: not kept
-  bool oom_killed = false;                        // the memory limit killed a process
+  double cpu_s = 0;                                // user + system CPU seconds of every process
+  std::optional<std::uint64_t> peak_memory_bytes;  // high-water mark (page cache included); nullopt: not kept
+  bool oom_killed = false;                         // the memory limit killed a process
 };
 
 // One cgroup filesystem mount from /proc/self/mountinfo.
@@ -94,8 +94,8 @@ struct CgroupMount {
 // Which hierarchies to use.
 struct CgroupLayout {
   CgroupVersion version = CgroupVersion::None;
-  std::string unified;                       // V2: the cgroup2 mount point
-  std::map<std::string, std::string> v1;     // V1: controller → mount point (first mount of each)
+  std::string unified;                    // V2: the cgroup2 mount point
+  std::map<std::string, std::string> v1;  // V1: controller → mount point (first mount of each)
 };
 
 // This machine's layout: /proc/self/mountinfo, and cgroup.controllers of cgroup2 mounts;
@@ -198,9 +198,9 @@ class JobCgroup {
   void remove_quietly() noexcept;
 
   CgroupVersion version_ = CgroupVersion::None;
-  std::vector<std::string> dirs_;         // one per hierarchy
+  std::vector<std::string> dirs_;                   // one per hierarchy
   std::string memory_dir_, cpu_dir_, freezer_dir_;  // where those files are (may be empty)
-  std::vector<UniqueFd> procs_fds_;       // cgroup.procs of each dir, for enter_child()
+  std::vector<UniqueFd> procs_fds_;                 // cgroup.procs of each dir, for enter_child()
   UniqueFd oom_fd_;
   bool devices_confined_ = false;
   bool removed_ = false;

@@ -13,11 +13,11 @@
 //   std::string policy = cfg.get_string("rtop.policy").value_or("pack");
 #pragma once
 
+#include <toml++/toml.h>
 #include <map>
 #include <optional>
 #include <string>
 #include <string_view>
-#include <toml++/toml.h>
 
 #include "rkit/error.hpp"
 

@@ -59,8 +59,7 @@ Error system_error(std::string_view what, int errnum);
 // "tool: detail: ..." only when verbose) and returns the exit code to use.
 // A std::exception that is not an rkit::Error is an internal error (70). Newlines in
 // messages are flattened so that the error is one line.
-int report_error(std::string_view tool, const std::exception& e, std::ostream& err,
-                 bool verbose = false);
+int report_error(std::string_view tool, const std::exception& e, std::ostream& err, bool verbose = false);
 
 // Writes one line, "tool: warning: message", to `err` and flushes it: what went wrong
 // without ending the command (a bad record skipped, a backend that did not answer).

@@ -86,7 +86,6 @@ struct GlooErrorCodes {
 };
 // Error(code, "<context>: <gloo_reason>", hint) for `e`, the code chosen by `codes`; an
 // rkit::Error keeps its code and hint, and gets the context in front.
-Error gloo_error(const std::exception& e, const GlooErrorCodes& codes, std::string_view context,
-                 std::string hint = "");
+Error gloo_error(const std::exception& e, const GlooErrorCodes& codes, std::string_view context, std::string hint = "");
 
 }  // namespace rkit

@@ -70,8 +70,8 @@ struct HtmlCell {
     return c;
   }
 
-  std::string text;        // plain text, or markup when is_markup
-  std::string title;       // the tooltip (plain text, escaped); no title attribute when empty
+  std::string text;   // plain text, or markup when is_markup
+  std::string title;  // the tooltip (plain text, escaped); no title attribute when empty
   bool is_markup = false;
 };
 

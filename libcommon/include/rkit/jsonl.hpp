@@ -50,8 +50,7 @@ Json parse_json(std::string_view text, std::string_view source);
 // Checks that `record` is an object whose "schema" is "<family>.v<major>" with a
 // major version this reader knows (<= max_major). Returns the major version.
 // Throws Error(DataErr) otherwise; `where` prefixes the message.
-int check_schema(const Json& record, std::string_view family, int max_major,
-                 std::string_view where);
+int check_schema(const Json& record, std::string_view family, int max_major, std::string_view where);
 
 // The record as one JSON line (no trailing newline). NaN and infinities become null;
 // a string that is not UTF-8 gets U+FFFD for its bad bytes (carry such bytes with

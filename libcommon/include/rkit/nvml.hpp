@@ -28,7 +28,7 @@ struct NvmlDevice {
   std::string name, uuid, pci_bus_id;  // bus id normalised: "0000:3b:00.0"
   std::optional<std::uint64_t> memory_bytes;
   std::map<std::string, int> nvlinks;  // peer GPU's PCI bus id → number of active links
-  int nvswitch_links = 0;               // active links whose far end is an NVSwitch
+  int nvswitch_links = 0;              // active links whose far end is an NVSwitch
 };
 
 struct NvmlUsage {

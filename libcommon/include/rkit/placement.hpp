@@ -50,7 +50,7 @@ struct RankPlacement {
   std::vector<int> pus;          // OS PU indices (what taskset and sched_setaffinity take)
   std::vector<int> gpus;         // GPU indices
   std::optional<std::string> nic;
-  bool numa_local = true;        // cores in one node, and the same node as its GPUs
+  bool numa_local = true;  // cores in one node, and the same node as its GPUs
 
   Json to_json() const;  // rkit.placement.v1
 };

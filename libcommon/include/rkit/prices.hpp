@@ -59,9 +59,9 @@ struct ResourcePrices {
   std::map<std::string, double> gpu_hour;  // GPU name part → price; "default" for the rest
 
   std::string market = "on_premises";  // "on_premises", "on_demand" or "spot"
-  double spot_discount = 0;             // spot only: 0 ≤ d < 1
-  double electricity_per_kwh = 0;       // for derived prices
-  double pue = 1;                       // power usage effectiveness, ≥ 1
+  double spot_discount = 0;            // spot only: 0 ≤ d < 1
+  double electricity_per_kwh = 0;      // for derived prices
+  double pue = 1;                      // power usage effectiveness, ≥ 1
 
   // The prices given as a DerivedPrice, keyed "cpu_hour", "memory_gib_hour" or
   // "gpu_hour.KEY" (KEY as in gpu_hour, "default" for a single number). Their hourly

@@ -29,11 +29,15 @@ namespace rkit {
 class ExitStatus {
  public:
   ExitStatus() = default;
-  static ExitStatus from_wait(int wait_status) { ExitStatus s; s.raw_ = wait_status; return s; }
-  bool exited() const;     // ended by exit()
-  int code() const;        // exit code when exited(), else -1
-  bool signaled() const;   // ended by a signal
-  int signal() const;      // the signal when signaled(), else 0
+  static ExitStatus from_wait(int wait_status) {
+    ExitStatus s;
+    s.raw_ = wait_status;
+    return s;
+  }
+  bool exited() const;    // ended by exit()
+  int code() const;       // exit code when exited(), else -1
+  bool signaled() const;  // ended by a signal
+  int signal() const;     // the signal when signaled(), else 0
   bool success() const { return exited() && code() == 0; }
   // The shell's convention: the exit code, or 128 + signal.
   int shell_code() const;
@@ -58,13 +62,13 @@ struct Redirect {
 };
 
 struct SpawnOptions {
-  std::vector<std::string> argv;                            // argv[0] is looked up in PATH
-  std::vector<std::pair<std::string, std::string>> env;     // set or override
-  std::vector<std::string> unset_env;                       // remove
-  bool clear_env = false;                                   // start from an empty environment
-  std::string cwd;                                          // empty: ours
+  std::vector<std::string> argv;                         // argv[0] is looked up in PATH
+  std::vector<std::pair<std::string, std::string>> env;  // set or override
+  std::vector<std::string> unset_env;                    // remove
+  bool clear_env = false;                                // start from an empty environment
+  std::string cwd;                                       // empty: ours
   Redirect in, out, err;
-  bool new_process_group = true;                            // the child leads its own group
+  bool new_process_group = true;  // the child leads its own group
 };
 
 class Child {
@@ -122,9 +126,9 @@ class Child {
 
 struct RunResult {
   ExitStatus status;
-  std::string out;          // captured stdout (when options.out is a pipe)
-  std::string err;          // captured stderr (when options.err is a pipe)
-  bool timed_out = false;   // killed because the timeout passed
+  std::string out;         // captured stdout (when options.out is a pipe)
+  std::string err;         // captured stderr (when options.err is a pipe)
+  bool timed_out = false;  // killed because the timeout passed
   double elapsed_s = 0;
 };
 
@@ -132,8 +136,8 @@ struct RunResult {
 // With a timeout, the group gets SIGTERM when it passes, then SIGKILL after grace_s,
 // or when the child has ended if that is sooner: members of the group that ignore
 // SIGTERM do not outlive run().
-RunResult run(const SpawnOptions& options, std::optional<double> timeout_s = std::nullopt,
-              double grace_s = 5.0, std::string_view input = {});
+RunResult run(const SpawnOptions& options, std::optional<double> timeout_s = std::nullopt, double grace_s = 5.0,
+              std::string_view input = {});
 
 // While alive, SIGINT, SIGTERM and SIGHUP received by this process are forwarded to
 // the registered children's process groups instead of killing us; the caller then

@@ -92,8 +92,7 @@ class Writer {
   // Adds a tensor. Throws Error(DataErr) when data.size() != product(shape) *
   // dtype_size(dtype) (or that product overflows), when the name was added before, or
   // when it is "__metadata__".
-  void add(std::string name, Dtype dtype, std::vector<std::uint64_t> shape,
-           std::span<const std::byte> data);
+  void add(std::string name, Dtype dtype, std::vector<std::uint64_t> shape, std::span<const std::byte> data);
   // Sets (or replaces) one "__metadata__" entry.
   void set_metadata(std::string key, std::string value);
   // The 8-byte length plus the JSON header, padded with spaces so that its size is a

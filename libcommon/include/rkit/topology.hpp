@@ -22,10 +22,10 @@
 namespace rkit {
 
 struct ProbeOptions {
-  std::optional<std::string> xml_path;   // --input: hwloc XML of another machine ("-": stdin)
-  std::optional<std::string> synthetic;  // --synthetic: hwloc synthetic description
+  std::optional<std::string> xml_path;     // --input: hwloc XML of another machine ("-": stdin)
+  std::optional<std::string> synthetic;    // --synthetic: hwloc synthetic description
   std::optional<std::string> gpu_fixture;  // --gpus: JSON fixture of GPUs (rkit.gpu_fixture.v1)
-  bool use_nvml = true;     // live probes only
+  bool use_nvml = true;                    // live probes only
 };
 
 struct Cache {
@@ -36,9 +36,9 @@ struct Cache {
 };
 
 struct Core {
-  int index = 0;      // logical index (0..cores-1)
-  int package = 0;    // logical package index
-  int numa_node = 0;  // OS index of the NUMA node holding this core's memory
+  int index = 0;         // logical index (0..cores-1)
+  int package = 0;       // logical package index
+  int numa_node = 0;     // OS index of the NUMA node holding this core's memory
   std::vector<int> pus;  // OS indices of its hardware threads
 };
 
@@ -56,15 +56,15 @@ struct Gpu {
   std::optional<std::uint64_t> memory_bytes;
   std::optional<std::string> pci_bus_id;  // "0000:3b:00.0"
   std::optional<int> numa_node;
-  std::optional<std::string> driver;      // driver version when NVML answered, else null
-  std::string source;                     // "nvml", "pci" or "fixture"
-  std::vector<int> cpus;                  // OS PU indices local to the GPU
+  std::optional<std::string> driver;  // driver version when NVML answered, else null
+  std::string source;                 // "nvml", "pci" or "fixture"
+  std::vector<int> cpus;              // OS PU indices local to the GPU
 };
 
 struct Nic {
-  std::string name;             // mlx5_0 when an RDMA device exists, else the netdev
+  std::string name;  // mlx5_0 when an RDMA device exists, else the netdev
   std::optional<std::string> netdev;
-  std::string kind;             // "ethernet", "infiniband", "network"
+  std::string kind;  // "ethernet", "infiniband", "network"
   std::optional<std::string> address;
   std::optional<std::string> pci_bus_id;
   std::optional<int> numa_node;
@@ -91,10 +91,10 @@ struct Topology {
   std::vector<Nic> nics;
   std::vector<Disk> disks;
   // Link types as `nvidia-smi topo -m` prints them: X, NV#, PIX, PXB, PHB, NODE, SYS.
-  std::vector<std::vector<std::string>> gpu_links;  // gpus × gpus
+  std::vector<std::vector<std::string>> gpu_links;      // gpus × gpus
   std::vector<std::vector<std::string>> gpu_nic_links;  // gpus × nics
-  std::vector<std::vector<std::string>> nic_links;  // nics × nics
-  std::optional<std::string> nvml_error;  // why NVML gave nothing, on a live probe
+  std::vector<std::vector<std::string>> nic_links;      // nics × nics
+  std::optional<std::string> nvml_error;                // why NVML gave nothing, on a live probe
 
   // The rkit.topology.v1 record (schema documented in rkit(7)).
   Json to_json() const;

@@ -6,8 +6,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 
 #include "rkit/ckpt/frame_codec.hpp"
@@ -43,13 +43,14 @@ Archive::~Archive() {
 
 Archive Archive::open(const std::string& path) {
   if (path == "-")
-    throw Error(Exit::Usage, "archives are read by random access: give a file, not -", "save the stream to a file first");
+    throw Error(Exit::Usage, "archives are read by random access: give a file, not -",
+                "save the stream to a file first");
   Archive a;
   a.path_ = path;
   // O_NONBLOCK: a FIFO in its place must not hang the open; it is refused below.
   a.fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (a.fd_ < 0) throw system_error("open " + path, errno);
-  struct stat st{};
+  struct stat st {};
   if (::fstat(a.fd_, &st) != 0) throw system_error("stat " + path, errno);
   if (!S_ISREG(st.st_mode)) throw Error(Exit::NoInput, path + ": not a regular file");
   ::flock(a.fd_, LOCK_SH);  // advisory, against gc; where flock is unsupported, read anyway
@@ -77,11 +78,12 @@ Archive Archive::open(const std::string& path) {
     }
   }
   if (!index)
-    throw Error(Exit::DataErr, fmt::format("{}: truncated or damaged archive: no index at its end ({} bytes)", path, a.size_),
+    throw Error(Exit::DataErr,
+                fmt::format("{}: truncated or damaged archive: no index at its end ({} bytes)", path, a.size_),
                 "the pack that wrote it did not finish, or the copy was cut short");
   const IndexRecord& ix = *index;
-  if (ix.manifest_bytes > kMaxManifestBytes || ix.manifest_offset < 2 * kTarBlock ||
-      ix.manifest_offset > a.size_ || ix.manifest_bytes > a.size_ - ix.manifest_offset)
+  if (ix.manifest_bytes > kMaxManifestBytes || ix.manifest_offset < 2 * kTarBlock || ix.manifest_offset > a.size_ ||
+      ix.manifest_bytes > a.size_ - ix.manifest_offset)
     throw Error(Exit::DataErr, path + ": damaged archive: the index points outside the file");
   std::string text(ix.manifest_bytes, '\0');
   pread_full(a.fd_, text.data(), text.size(), ix.manifest_offset, path);
@@ -149,7 +151,8 @@ std::string Archive::describe_corruption(std::size_t i, const std::string& why) 
 }
 
 Error Archive::corrupt_frame(std::size_t i, const FrameError& e) const {
-  return Error(Exit::DataErr, path_ + ": " + describe_corruption(i, e.what()), "rckpt verify lists every damaged frame");
+  return Error(Exit::DataErr, path_ + ": " + describe_corruption(i, e.what()),
+               "rckpt verify lists every damaged frame");
 }
 
 void Archive::read_frame(std::size_t i, std::vector<std::byte>& out) const {

@@ -20,11 +20,11 @@
 
 #include "rkit/ckpt/archive.hpp"
 #include "rkit/ckpt/frame_codec.hpp"
-#include "rkit/parallel.hpp"
 #include "rkit/cpus.hpp"
 #include "rkit/error.hpp"
 #include "rkit/file.hpp"
 #include "rkit/interrupt.hpp"
+#include "rkit/parallel.hpp"
 #include "rkit/progress.hpp"
 #include "rkit/units.hpp"
 
@@ -89,7 +89,8 @@ class OutputFiles {
       auto f = std::make_unique<Open>();
       f->dir = open_dir(root_, parent_of(r.path), shown_);
       std::string temp = temp_name(".rkpt-part", index);
-      f->file = UniqueFd(::openat(f->dir.get(), temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600));
+      f->file =
+          UniqueFd(::openat(f->dir.get(), temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600));
       if (!f->file) throw system_error("create " + shown_ + "/" + r.path, errno);
       f->temp = std::move(temp);
       f->remaining = r.frame_count;
@@ -131,7 +132,8 @@ class OutputFiles {
   void finish(std::uint64_t index, Open& f) {
     const FileRecord& r = m_.files[index];
     std::string shown = shown_ + "/" + r.path;
-    if (::fchmod(f.file.get(), static_cast<mode_t>(r.mode) & 0777 & ~umask_) != 0) throw system_error("chmod " + shown, errno);
+    if (::fchmod(f.file.get(), static_cast<mode_t>(r.mode) & 0777 & ~umask_) != 0)
+      throw system_error("chmod " + shown, errno);
     timespec times[2] = {{0, UTIME_OMIT}, {r.mtime_ns / 1'000'000'000, r.mtime_ns % 1'000'000'000}};
     if (r.mtime_ns >= 0 && ::futimens(f.file.get(), times) != 0) throw system_error("set times of " + shown, errno);
     if (::fsync(f.file.get()) != 0) throw system_error("fsync " + shown, errno);
@@ -195,8 +197,12 @@ std::uint64_t archive_hash(const Archive& a) {
 }  // namespace
 
 Json UnpackResult::to_json() const {
-  return Json{{"schema", "rkit.ckpt.unpack.v1"}, {"archive", archive}, {"dir", dir},
-              {"files", files}, {"bytes", bytes}, {"time_s", seconds},
+  return Json{{"schema", "rkit.ckpt.unpack.v1"},
+              {"archive", archive},
+              {"dir", dir},
+              {"files", files},
+              {"bytes", bytes},
+              {"time_s", seconds},
               {"bytes_per_s", seconds > 0 ? Json(static_cast<double>(bytes) / seconds) : Json(nullptr)}};
 }
 
@@ -223,7 +229,8 @@ UnpackResult unpack_checkpoint(const UnpackOptions& opt) {
         found = true;
       }
     }
-    if (!found) throw Error(Exit::NoInput, fmt::format("{}: not in {}", raw, opt.archive), "rckpt ls lists the archive");
+    if (!found)
+      throw Error(Exit::NoInput, fmt::format("{}: not in {}", raw, opt.archive), "rckpt ls lists the archive");
   }
   std::vector<std::size_t> frames;
   std::uint64_t total = 0;
@@ -242,7 +249,7 @@ UnpackResult unpack_checkpoint(const UnpackOptions& opt) {
   if (::mkdir(opt.dir.c_str(), 0755) != 0 && errno != EEXIST) throw system_error("create directory " + opt.dir, errno);
   UniqueFd root(::open(opt.dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!root) throw system_error("open directory " + opt.dir, errno);
-  struct statvfs vfs{};
+  struct statvfs vfs {};
   if (::fstatvfs(root.get(), &vfs) == 0) {
     std::uint64_t free_bytes = std::uint64_t{vfs.f_bavail} * vfs.f_frsize;
     if (total > free_bytes)
@@ -407,8 +414,8 @@ VerifyReport verify_checkpoint(const std::string& path, unsigned threads, bool p
   bar.finish();
   if (hash_error) std::rethrow_exception(hash_error);
   if (whole != m.archive_xxh3 && report.ok())
-    report.problems.push_back({std::nullopt, "", {},
-                               "the bytes around the frames (tar headers, padding) do not match the archive hash"});
+    report.problems.push_back(
+        {std::nullopt, "", {}, "the bytes around the frames (tar headers, padding) do not match the archive hash"});
   report.seconds = seconds_since(start);
   return report;
 }

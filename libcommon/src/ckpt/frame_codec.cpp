@@ -47,7 +47,9 @@ void shuffle_simd(const std::byte* in, std::size_t n, std::byte* out, std::size_
       p = lo;
       q = hi;
     };
-    auto store = [&](std::size_t j, __m128i v) { _mm_storeu_si128(reinterpret_cast<__m128i*>(out + j * stride + i), v); };
+    auto store = [&](std::size_t j, __m128i v) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + j * stride + i), v);
+    };
     if constexpr (kSize == 2) {
       for (int round = 0; round < 4; ++round) interleave(x[0], x[1]);
       store(0, x[0]);
@@ -74,7 +76,9 @@ void unshuffle_simd(const std::byte* in, std::size_t n, std::byte* out) {
   std::size_t i = 0;
   for (; i + 16 <= n; i += 16) {
     auto plane = [&](std::size_t j) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + j * n + i)); };
-    auto store = [&](std::size_t k, __m128i v) { _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i * kSize + 16 * k), v); };
+    auto store = [&](std::size_t k, __m128i v) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i * kSize + 16 * k), v);
+    };
     if constexpr (kSize == 2) {
       __m128i a = plane(0), b = plane(1);
       store(0, _mm_unpacklo_epi8(a, b));

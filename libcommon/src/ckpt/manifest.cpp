@@ -37,9 +37,7 @@ class Fields {
     if (!v.is_number_unsigned()) fail(key, "must be a non-negative integer");
     return v.get<std::uint64_t>();
   }
-  std::uint64_t u64_or(const std::string& key, std::uint64_t fallback) const {
-    return find(key) ? u64(key) : fallback;
-  }
+  std::uint64_t u64_or(const std::string& key, std::uint64_t fallback) const { return find(key) ? u64(key) : fallback; }
   std::string str(const std::string& key) const {
     const Json& v = need(key);
     if (!v.is_string()) fail(key, "must be a string");
@@ -131,7 +129,8 @@ std::string unsafe_symlink(const std::string& link, const std::string& target,
     std::string so_far;
     for (const auto& p : stack) so_far += (so_far.empty() ? "" : "/") + p;
     auto it = entries.find(so_far);
-    if (it != entries.end() && it->second == EntryType::Symlink) return "a target through another symlink (" + so_far + ")";
+    if (it != entries.end() && it->second == EntryType::Symlink)
+      return "a target through another symlink (" + so_far + ")";
   }
   return "";
 }
@@ -149,8 +148,7 @@ std::uint64_t parse_hash_hex(const std::string& text, const std::string& where) 
 }
 
 bool is_safe_relative_path(const std::string& path) {
-  if (path.empty() || path.size() > 4096 || path.front() == '/' || path.find('\0') != std::string::npos)
-    return false;
+  if (path.empty() || path.size() > 4096 || path.front() == '/' || path.find('\0') != std::string::npos) return false;
   for (const auto& part : split_path(path))
     if (part.empty() || part == "." || part == ".." || part.size() > 255) return false;
   return true;
@@ -214,8 +212,8 @@ Json Manifest::to_json() const {
   }
   j["frames"] = Json::array();
   for (const auto& fr : frames) {
-    Json e = {{"file", fr.file},   {"raw_offset", fr.raw_offset}, {"raw_bytes", fr.raw_bytes},
-              {"shuffle", fr.shuffle}, {"xxh3", hash_hex(fr.xxh3)}, {"offset", fr.offset},
+    Json e = {{"file", fr.file},       {"raw_offset", fr.raw_offset}, {"raw_bytes", fr.raw_bytes},
+              {"shuffle", fr.shuffle}, {"xxh3", hash_hex(fr.xxh3)},   {"offset", fr.offset},
               {"bytes", fr.bytes}};
     if (fr.base) e["base"] = *fr.base;
     j["frames"].push_back(std::move(e));
@@ -253,8 +251,8 @@ std::vector<std::string> Manifest::tensors_in_frame(std::uint64_t index) const {
 std::string Manifest::describe_frame(std::uint64_t index) const {
   const FrameRecord& fr = frames.at(index);
   const FileRecord& file = files.at(fr.file);
-  std::string text = fmt::format("frame {} ({} bytes {}..{}", index, file.path, fr.raw_offset,
-                                 fr.raw_offset + fr.raw_bytes);
+  std::string text =
+      fmt::format("frame {} ({} bytes {}..{}", index, file.path, fr.raw_offset, fr.raw_offset + fr.raw_bytes);
   std::vector<std::string> names = tensors_in_frame(index);
   if (!names.empty()) {
     constexpr std::size_t kShown = 4;
@@ -296,10 +294,14 @@ Manifest parse_manifest(std::string_view text, const std::string& source) {
     r.path = f.str("path");
     if (!is_safe_relative_path(r.path)) f.fail("path", "unsafe path '" + r.path + "' (absolute, '..' or empty parts)");
     std::string type = f.str("type");
-    if (type == "file") r.type = EntryType::File;
-    else if (type == "dir") r.type = EntryType::Dir;
-    else if (type == "symlink") r.type = EntryType::Symlink;
-    else f.fail("type", "unknown type '" + type + "'");
+    if (type == "file")
+      r.type = EntryType::File;
+    else if (type == "dir")
+      r.type = EntryType::Dir;
+    else if (type == "symlink")
+      r.type = EntryType::Symlink;
+    else
+      f.fail("type", "unknown type '" + type + "'");
     std::uint64_t mode = f.u64_or("mode", r.type == EntryType::Dir ? 0755 : 0644);
     if (mode > 07777) f.fail("mode", "out of range");
     r.mode = static_cast<std::uint32_t>(mode);
@@ -370,11 +372,13 @@ Manifest parse_manifest(std::string_view text, const std::string& source) {
     for (std::uint64_t k = f.first_frame; k < f.first_frame + f.frame_count; ++k) {
       const FrameRecord& fr = m.frames[k];
       if (fr.file != i || fr.raw_offset != at)
-        throw Error(Exit::DataErr, fmt::format("{}: frames[{}]: does not continue '{}' at byte {}", source, k, f.path, at));
+        throw Error(Exit::DataErr,
+                    fmt::format("{}: frames[{}]: does not continue '{}' at byte {}", source, k, f.path, at));
       at += fr.raw_bytes;
     }
     if (at != f.bytes)
-      throw Error(Exit::DataErr, fmt::format("{}: files[{}]: frames hold {} bytes, the file {}", source, i, at, f.bytes));
+      throw Error(Exit::DataErr,
+                  fmt::format("{}: files[{}]: frames hold {} bytes, the file {}", source, i, at, f.bytes));
   }
   for (std::size_t k = 0; k < m.frames.size(); ++k) {
     const FileRecord& f = m.files[m.frames[k].file];
@@ -388,7 +392,8 @@ Manifest parse_manifest(std::string_view text, const std::string& source) {
   std::sort(local.begin(), local.end());
   for (std::size_t k = 1; k < local.size(); ++k)
     if (local[k].first < local[k - 1].first + local[k - 1].second)
-      throw Error(Exit::DataErr, fmt::format("{}: two frames share archive bytes at offset {}", source, local[k].first));
+      throw Error(Exit::DataErr,
+                  fmt::format("{}: two frames share archive bytes at offset {}", source, local[k].first));
   return m;
 }
 

@@ -147,7 +147,8 @@ bool crash_signal(int sig) {
   std::string why = last_log_line(cause->log);
   const int code = st.code();
   const Exit exit = code >= 64 && code <= 78 ? static_cast<Exit>(code) : Exit::Software;
-  throw Error(exit, fmt::format("comm.gloo: rank {} failed ({}){}{}", which, st.describe(), why.empty() ? "" : ": ", why));
+  throw Error(exit,
+              fmt::format("comm.gloo: rank {} failed ({}){}{}", which, st.describe(), why.empty() ? "" : ": ", why));
 }
 
 class CommGloo : public Suite {
@@ -160,7 +161,8 @@ class CommGloo : public Suite {
   void check_options(const RunOptions& opt) const override {
     // One rank moves nothing (nccl-tests would print busbw 0, and broadcast a no-op's speed).
     if (opt.ranks < 2 || opt.ranks > kMaxRanks)
-      throw Error(Exit::Usage, fmt::format("comm.gloo: --ranks {}: a collective needs 2 to {} ranks", opt.ranks, kMaxRanks));
+      throw Error(Exit::Usage,
+                  fmt::format("comm.gloo: --ranks {}: a collective needs 2 to {} ranks", opt.ranks, kMaxRanks));
     sizes_asked(opt.quick);
     timeout_asked();
   }
@@ -258,17 +260,20 @@ class CommGloo : public Suite {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     if (out.size() != expected_rows)
-      throw Error(Exit::Software, fmt::format("comm.gloo: rank 0 ended after {} of {} results", out.size(), expected_rows));
+      throw Error(Exit::Software,
+                  fmt::format("comm.gloo: rank 0 ended after {} of {} results", out.size(), expected_rows));
     return out;
   }
 
   int worker(const std::vector<std::string>& args) override {
     // Die with rbench, however it dies; if it is already gone, do not start.
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (args.empty() || args[0].rfind("parent=", 0) != 0) throw Error(Exit::Usage, "comm.gloo worker: parent=PID first");
+    if (args.empty() || args[0].rfind("parent=", 0) != 0)
+      throw Error(Exit::Usage, "comm.gloo worker: parent=PID first");
     const std::uint64_t parent = worker_number("parent", args[0].substr(7));
     if (static_cast<std::uint64_t>(::getppid()) != parent)
-      throw Error(Exit::Software, fmt::format("comm.gloo worker: not started by rbench (pid {}), or it is gone", parent));
+      throw Error(Exit::Software,
+                  fmt::format("comm.gloo worker: not started by rbench (pid {}), or it is gone", parent));
     std::signal(SIGPIPE, SIG_IGN);  // a closed socket is an error to report, not a silent death
     RankPlan plan = plan_from_args(std::vector<std::string>(args.begin() + 1, args.end()));
     try {
@@ -287,7 +292,8 @@ class CommGloo : public Suite {
   }
 
  private:
-  void handle_line(const std::string& line, const RankPlan& plan, const Progress& progress, std::vector<Measurement>& out) {
+  void handle_line(const std::string& line, const RankPlan& plan, const Progress& progress,
+                   std::vector<Measurement>& out) {
     Json ev;
     try {
       ev = Json::parse(line);
@@ -299,7 +305,8 @@ class CommGloo : public Suite {
     const Collective c = gloo_collective_named(ev.at("collective").get<std::string>());
     const std::uint64_t bytes = ev.at("bytes").get<std::uint64_t>();
     if (kind == "start") {
-      if (progress) progress(fmt::format("comm.gloo {} {} x {} ranks", collective_name(c), format_bytes(bytes), plan.ranks));
+      if (progress)
+        progress(fmt::format("comm.gloo {} {} x {} ranks", collective_name(c), format_bytes(bytes), plan.ranks));
       return;
     }
     if (kind != "row") throw Error(Exit::Software, "comm.gloo: rank 0 sent an unknown event: " + line.substr(0, 120));
@@ -320,9 +327,10 @@ class CommGloo : public Suite {
                            : c == Collective::Allgather     ? "every rank's block, in rank order"
                            : c == Collective::ReduceScatter ? "the exact sum over ranks of the rank's block"
                                                             : "rank 0's data";
-    m.check = fmt::format("{} wrong of {} elements on all ranks: after the timed runs, one more {} of fresh float32 "
-                          "integer inputs, each element compared with {}",
-                          wrong, checked, collective_name(c), expected);
+    m.check = fmt::format(
+        "{} wrong of {} elements on all ranks: after the timed runs, one more {} of fresh float32 "
+        "integer inputs, each element compared with {}",
+        wrong, checked, collective_name(c), expected);
     m.peak_source = "none known: loopback TCP between processes is bound by memory copies and the kernel, not a link";
     out.push_back(std::move(m));
   }

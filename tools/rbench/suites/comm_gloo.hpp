@@ -61,9 +61,9 @@ std::vector<std::uint64_t> sweep_sizes(bool quick);
 // One rank's part of a run. Every rank gets the same plan but its own rank.
 struct RankPlan {
   unsigned rank = 0, ranks = 2;
-  std::string store_dir;                  // gloo FileStore rendezvous directory (exists)
-  std::vector<Collective> collectives;    // in this order, each over every size
-  std::vector<std::uint64_t> sizes;       // bytes asked, before collective_counts
+  std::string store_dir;                // gloo FileStore rendezvous directory (exists)
+  std::vector<Collective> collectives;  // in this order, each over every size
+  std::vector<std::uint64_t> sizes;     // bytes asked, before collective_counts
   int warmup = 1, reps = 5;
   std::chrono::milliseconds timeout{60000};  // for each gloo operation and the rendezvous
 };

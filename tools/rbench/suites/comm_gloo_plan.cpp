@@ -39,16 +39,13 @@ std::uint64_t worker_number(const std::string& key, const std::string& text) {
 
 std::vector<std::string> plan_to_args(const RankPlan& plan) {
   std::string collectives, sizes;
-  for (Collective c : plan.collectives) collectives += (collectives.empty() ? "" : ",") + std::string(collective_name(c));
+  for (Collective c : plan.collectives)
+    collectives += (collectives.empty() ? "" : ",") + std::string(collective_name(c));
   for (std::uint64_t b : plan.sizes) sizes += (sizes.empty() ? "" : ",") + std::to_string(b);
-  return {"rank=" + std::to_string(plan.rank),
-          "ranks=" + std::to_string(plan.ranks),
-          "store=" + plan.store_dir,
-          "warmup=" + std::to_string(plan.warmup),
-          "reps=" + std::to_string(plan.reps),
-          "timeout_ms=" + std::to_string(plan.timeout.count()),
-          "collectives=" + collectives,
-          "sizes=" + sizes};
+  return {"rank=" + std::to_string(plan.rank), "ranks=" + std::to_string(plan.ranks),
+          "store=" + plan.store_dir,           "warmup=" + std::to_string(plan.warmup),
+          "reps=" + std::to_string(plan.reps), "timeout_ms=" + std::to_string(plan.timeout.count()),
+          "collectives=" + collectives,        "sizes=" + sizes};
 }
 
 RankPlan plan_from_args(const std::vector<std::string>& args) {
@@ -59,15 +56,25 @@ RankPlan plan_from_args(const std::vector<std::string>& args) {
     const auto eq = arg.find('=');
     if (eq == std::string::npos) throw Error(Exit::Usage, "comm.gloo worker: expected KEY=VALUE, got '" + arg + "'");
     const std::string key = arg.substr(0, eq), value = arg.substr(eq + 1);
-    if (key == "rank") plan.rank = static_cast<unsigned>(number(key, value));
-    else if (key == "ranks") plan.ranks = static_cast<unsigned>(number(key, value));
-    else if (key == "store") { plan.store_dir = value; have_store = true; }
-    else if (key == "warmup") plan.warmup = static_cast<int>(number(key, value));
-    else if (key == "reps") plan.reps = static_cast<int>(number(key, value));
-    else if (key == "timeout_ms") plan.timeout = std::chrono::milliseconds(number(key, value));
-    else if (key == "collectives") for (const auto& name : split_list(value, ',')) plan.collectives.push_back(gloo_collective_named(name));
-    else if (key == "sizes") for (const auto& s : split_list(value, ',')) plan.sizes.push_back(number(key, s));
-    else throw Error(Exit::Usage, "comm.gloo worker: unknown argument '" + key + "'");
+    if (key == "rank")
+      plan.rank = static_cast<unsigned>(number(key, value));
+    else if (key == "ranks")
+      plan.ranks = static_cast<unsigned>(number(key, value));
+    else if (key == "store") {
+      plan.store_dir = value;
+      have_store = true;
+    } else if (key == "warmup")
+      plan.warmup = static_cast<int>(number(key, value));
+    else if (key == "reps")
+      plan.reps = static_cast<int>(number(key, value));
+    else if (key == "timeout_ms")
+      plan.timeout = std::chrono::milliseconds(number(key, value));
+    else if (key == "collectives")
+      for (const auto& name : split_list(value, ',')) plan.collectives.push_back(gloo_collective_named(name));
+    else if (key == "sizes")
+      for (const auto& s : split_list(value, ',')) plan.sizes.push_back(number(key, s));
+    else
+      throw Error(Exit::Usage, "comm.gloo worker: unknown argument '" + key + "'");
   }
   if (!have_store || plan.ranks == 0 || plan.rank >= plan.ranks || plan.reps < 1)
     throw Error(Exit::Usage, "comm.gloo worker: incomplete plan");

@@ -154,8 +154,7 @@ class RingReduceScatterOp {
   std::unique_ptr<float[]> tmp_;
 };
 
-Op make_op(Collective c, const std::shared_ptr<gloo::Context>& ctx, const CollectiveCounts& k, float* in,
-           float* out) {
+Op make_op(Collective c, const std::shared_ptr<gloo::Context>& ctx, const CollectiveCounts& k, float* in, float* out) {
   switch (c) {
     case Collective::Allreduce:
       return [ctx, in, n = k.send](std::uint32_t tag) { gloo_allreduce_sum(ctx, in, n, tag); };

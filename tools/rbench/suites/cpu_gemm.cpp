@@ -104,9 +104,11 @@ Measurement measure_gemm(int n, unsigned threads, const RunOptions& opt, const s
   auto gemm = [&] {
     for (int i = 0; i < calls; ++i) {
       if constexpr (kSingle)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(),
+                    n);
       else
-        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0, a.data(), n, b.data(), n, 0.0, c.data(), n);
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0, a.data(), n, b.data(), n, 0.0, c.data(),
+                    n);
     }
   };
 
@@ -135,8 +137,10 @@ Measurement measure_gemm(int n, unsigned threads, const RunOptions& opt, const s
     worst = std::max(worst, std::isnan(err) ? std::numeric_limits<double>::infinity() : err);
   }
   m.correct = worst <= bound;
-  m.check = fmt::format("{} random entries within sqrt(k)*eps*sum|a*b| = {:.1e} of a long double reference "
-                        "(max rel err {:.1e})", kCheckedEntries, bound, worst);
+  m.check = fmt::format(
+      "{} random entries within sqrt(k)*eps*sum|a*b| = {:.1e} of a long double reference "
+      "(max rel err {:.1e})",
+      kCheckedEntries, bound, worst);
   if (peak) {
     int per_cycle = kSingle ? peak->isa->sp : peak->isa->dp;
     unsigned cores = std::min(threads, physical_cores());  // SMT siblings share FMA units
@@ -144,7 +148,8 @@ Measurement measure_gemm(int n, unsigned threads, const RunOptions& opt, const s
     m.peak_source = fmt::format("{} core{} x {:.2f} GHz (cpufreq maximum) x {} FLOP/cycle ({})", cores,
                                 cores == 1 ? "" : "s", peak->ghz, per_cycle, peak->isa->name);
   } else {
-    m.peak_source = "unknown: no maximum clock in /sys/devices/system/cpu/cpu0/cpufreq (a VM?), or an unknown instruction set";
+    m.peak_source =
+        "unknown: no maximum clock in /sys/devices/system/cpu/cpu0/cpufreq (a VM?), or an unknown instruction set";
   }
   return m;
 }

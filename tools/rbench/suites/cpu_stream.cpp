@@ -7,18 +7,18 @@
 #include <hwloc.h>
 #include <pthread.h>
 
+#include <fmt/format.h>
 #include <atomic>
 #include <barrier>
 #include <cmath>
 #include <cstdint>
-#include <fmt/format.h>
 #include <memory>
 #include <thread>
 
+#include "rkit/cpus.hpp"
 #include "rkit/error.hpp"
 #include "rkit/interrupt.hpp"
 #include "rkit/units.hpp"
-#include "rkit/cpus.hpp"
 #include "suite.hpp"
 
 namespace rkit::rbench {
@@ -74,7 +74,8 @@ class Stream : public Suite {
       ~Stopper() {
         kernel = Kernel::Stop;
         // Threads not started never arrive: stand in for them, so the barrier opens.
-        for (unsigned missing = threads - static_cast<unsigned>(pool.size()); missing > 0; --missing) start.arrive_and_drop();
+        for (unsigned missing = threads - static_cast<unsigned>(pool.size()); missing > 0; --missing)
+          start.arrive_and_drop();
         start.arrive_and_wait();
         for (auto& t : pool) t.join();
       }
@@ -94,11 +95,25 @@ class Stream : public Suite {
         for (;;) {
           start.arrive_and_wait();
           switch (kernel.load()) {
-            case Kernel::Init: for (std::size_t j = lo; j < hi; ++j) { pa[j] = 1.0; pb[j] = 2.0; pc[j] = 0.0; } break;
-            case Kernel::Copy: for (std::size_t j = lo; j < hi; ++j) pc[j] = pa[j]; break;
-            case Kernel::Scale: for (std::size_t j = lo; j < hi; ++j) pb[j] = kScalar * pc[j]; break;
-            case Kernel::Add: for (std::size_t j = lo; j < hi; ++j) pc[j] = pa[j] + pb[j]; break;
-            case Kernel::Triad: for (std::size_t j = lo; j < hi; ++j) pa[j] = pb[j] + kScalar * pc[j]; break;
+            case Kernel::Init:
+              for (std::size_t j = lo; j < hi; ++j) {
+                pa[j] = 1.0;
+                pb[j] = 2.0;
+                pc[j] = 0.0;
+              }
+              break;
+            case Kernel::Copy:
+              for (std::size_t j = lo; j < hi; ++j) pc[j] = pa[j];
+              break;
+            case Kernel::Scale:
+              for (std::size_t j = lo; j < hi; ++j) pb[j] = kScalar * pc[j];
+              break;
+            case Kernel::Add:
+              for (std::size_t j = lo; j < hi; ++j) pc[j] = pa[j] + pb[j];
+              break;
+            case Kernel::Triad:
+              for (std::size_t j = lo; j < hi; ++j) pa[j] = pb[j] + kScalar * pc[j];
+              break;
             case Kernel::Stop: return;
           }
           done.arrive_and_wait();
@@ -119,8 +134,10 @@ class Stream : public Suite {
       double bytes_per_element;
       std::vector<double> samples;
     };
-    Row rows[] = {{"copy", Kernel::Copy, 16, {}}, {"scale", Kernel::Scale, 16, {}},
-                  {"add", Kernel::Add, 24, {}}, {"triad", Kernel::Triad, 24, {}}};
+    Row rows[] = {{"copy", Kernel::Copy, 16, {}},
+                  {"scale", Kernel::Scale, 16, {}},
+                  {"add", Kernel::Add, 24, {}},
+                  {"triad", Kernel::Triad, 24, {}}};
     // The values grow 15x per iteration: start again from the initial values every
     // kRestart iterations, long before doubles overflow.
     constexpr int kRestart = 64;
@@ -150,8 +167,9 @@ class Stream : public Suite {
     }
     double worst = std::max({err_a / ea, err_b / eb, err_c / ec}) / static_cast<double>(n);
     const bool ok = worst < 1e-13;
-    std::string check = fmt::format("every element equals the scalar recurrence after {} iterations (mean relative error {:.1e})",
-                                    iterations, worst);
+    std::string check =
+        fmt::format("every element equals the scalar recurrence after {} iterations (mean relative error {:.1e})",
+                    iterations, worst);
 
     std::vector<Measurement> out;
     for (Row& r : rows) {

@@ -141,7 +141,9 @@ class ScratchFile {
  private:
   struct Remover {  // a member, so that it also runs when the constructor throws
     std::string path;
-    ~Remover() { if (!path.empty()) ::unlink(path.c_str()); }
+    ~Remover() {
+      if (!path.empty()) ::unlink(path.c_str());
+    }
   } remove_;
   UniqueFd fd_;
   bool direct_ = false;
@@ -216,7 +218,6 @@ class IoSeq : public Suite {
 
   void check_options(const RunOptions& opt) const override { file_size_asked(opt, block_sizes(opt.quick).back()); }
 
-
   std::vector<Measurement> run(const RunOptions& opt, const Progress& progress) override {
     const std::string dir = opt.dir.empty() ? default_dir() : opt.dir;
     const std::vector<std::uint64_t> blocks = block_sizes(opt.quick);
@@ -226,8 +227,8 @@ class IoSeq : public Suite {
     std::vector<Measurement> out;
     for (std::uint64_t block : blocks) {
       if (progress)
-        progress(fmt::format("io.seq {} blocks, {} file in {} ({})", format_bytes(block), format_bytes(file_bytes),
-                             dir, file.direct() ? "O_DIRECT" : "buffered"));
+        progress(fmt::format("io.seq {} blocks, {} file in {} ({})", format_bytes(block), format_bytes(file_bytes), dir,
+                             file.direct() ? "O_DIRECT" : "buffered"));
       for (Measurement& m : measure(opt, file, block, file_bytes)) {
         m.params["dir"] = dir;
         out.push_back(std::move(m));
@@ -290,10 +291,12 @@ class IoSeq : public Suite {
     }
     for (Measurement* m : {&write, &read}) {
       m->correct = mismatches == 0;
-      m->check = fmt::format("every block read back as written ({} blocks; page stamps each pass, all bytes at the end)",
-                             nblocks);
+      m->check = fmt::format(
+          "every block read back as written ({} blocks; page stamps each pass, all bytes at the end)", nblocks);
       if (mismatches) m->check += fmt::format(": {} mismatched", mismatches);
-      m->params = {{"block_bytes", block}, {"file_bytes", file_bytes}, {"direct", file.direct()},
+      m->params = {{"block_bytes", block},
+                   {"file_bytes", file_bytes},
+                   {"direct", file.direct()},
                    {"cache_dropped", cache_dropped}};
     }
     return {std::move(write), std::move(read)};

@@ -57,14 +57,27 @@ class TrainMlp : public Suite {
   // reports the suite skipped, with rtrain's reason, and goes on.
   Json run_rtrain(int steps, unsigned threads) const {
     SpawnOptions o;
-    o.argv = {rkit_program("rtrain"), "run", "--json", "-q", "--steps", std::to_string(steps), "--warmup-steps", "5",
-              "--rows", "60000", "--device", device_, "--threads", std::to_string(threads)};
+    o.argv = {rkit_program("rtrain"),
+              "run",
+              "--json",
+              "-q",
+              "--steps",
+              std::to_string(steps),
+              "--warmup-steps",
+              "5",
+              "--rows",
+              "60000",
+              "--device",
+              device_,
+              "--threads",
+              std::to_string(threads)};
     o.out = Redirect::pipe();
     o.err = Redirect::pipe();
     RunResult r = rkit::run(o);
     if (!r.status.success())
-      throw Error(device_ == "cpu" ? Exit::Software : Exit::Unavailable,
-                  fmt::format("{}: rtrain run: {}: {}", name(), r.status.describe(), r.err.substr(0, r.err.find('\n'))));
+      throw Error(
+          device_ == "cpu" ? Exit::Software : Exit::Unavailable,
+          fmt::format("{}: rtrain run: {}: {}", name(), r.status.describe(), r.err.substr(0, r.err.find('\n'))));
     try {
       return parse_json(r.out.substr(0, r.out.find('\n')), "rtrain run");
     } catch (const Error& e) {

@@ -28,9 +28,10 @@ std::shared_ptr<const BackendConfig> parse_backend(const Config& c, const std::s
   if (name == "local" || name == "auto" || name.empty() || name.size() > 63 ||
       name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") != std::string::npos ||
       !std::isalnum(static_cast<unsigned char>(name.front())) || !std::isalnum(static_cast<unsigned char>(name.back())))
-    throw Error(Exit::Config, fmt::format("{}: backend name \"{}\": letters, digits, - and _, beginning and ending with "
-                                          "a letter or digit (not local or auto)",
-                                          c.where(key), name));
+    throw Error(Exit::Config,
+                fmt::format("{}: backend name \"{}\": letters, digits, - and _, beginning and ending with "
+                            "a letter or digit (not local or auto)",
+                            c.where(key), name));
   const auto kind_name = c.get_string(key + ".kind");
   const auto& kinds = backend_kinds();
   const auto kind = std::find_if(kinds.begin(), kinds.end(), [&](const BackendKind& k) { return kind_name == k.name; });
@@ -44,8 +45,8 @@ std::shared_ptr<const BackendConfig> parse_backend(const Config& c, const std::s
     const std::string_view own(k.str());
     if (std::find(common.begin(), common.end(), own) == common.end() &&
         std::find(kind->keys.begin(), kind->keys.end(), own) == kind->keys.end())
-      throw Error(Exit::Config, fmt::format("{}: unknown key {}.{} for a {} backend", c.where(key + "." + std::string(own)),
-                                            key, own, kind->name));
+      throw Error(Exit::Config, fmt::format("{}: unknown key {}.{} for a {} backend",
+                                            c.where(key + "." + std::string(own)), key, own, kind->name));
   }
   BackendCommon b;
   b.name = name;

@@ -43,7 +43,7 @@ struct KubeTarget {
   std::string priority_class;  // Kueue WorkloadPriorityClass; empty: none
   std::string gpu_resource = "nvidia.com/gpu";
   std::string gpu_label = "nvidia.com/gpu.product";  // node label matched against gpu_type
-  std::string store_tag{};      // the rsub store's tag (Store::tag), in Job names: unique across stores
+  std::string store_tag{};  // the rsub store's tag (Store::tag), in Job names: unique across stores
 };
 
 // The objects for job `id` of `user`, as a JSON array of objects: the headless Service

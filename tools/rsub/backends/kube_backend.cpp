@@ -62,7 +62,8 @@ class KubeBackend final : public RemoteBackend {
     if (!std::all_of(spec.command.begin(), spec.command.end(), utf8) || !utf8(spec.workdir) ||
         !std::all_of(spec.env.begin(), spec.env.end(), [&](const auto& kv) { return utf8(kv.second); }))
       throw Error(Exit::DataErr, fmt::format("{}: the job's command, working directory or environment is not UTF-8 "
-                                             "text, which a Kubernetes object cannot carry", how_.who));
+                                             "text, which a Kubernetes object cannot carry",
+                                             how_.who));
     if (spec.hold)
       throw Error(Exit::DataErr, fmt::format("{}: jobs cannot be submitted held there", how_.who),
                   "Kueue admits them as its queues allow; submit the job when it may run");
@@ -188,9 +189,12 @@ class KubeBackend final : public RemoteBackend {
     for (const Json& cond : st.value("conditions", Json::array())) {
       if (cond.value("status", "") != "True") continue;
       const std::string type = cond.value("type", ""), reason = cond.value("reason", "");
-      if (type == "Complete") s.state = JobState::Completed;
-      else if (type == "Failed") s.state = reason == "DeadlineExceeded" ? JobState::Timeout : JobState::Failed;
-      else continue;
+      if (type == "Complete")
+        s.state = JobState::Completed;
+      else if (type == "Failed")
+        s.state = reason == "DeadlineExceeded" ? JobState::Timeout : JobState::Failed;
+      else
+        continue;
       s.reason = reason;
       s.end_s = iso_time(cond.value("lastTransitionTime", Json()));
     }

@@ -23,11 +23,13 @@ class LocalBackend final : public Backend {
   void prepare(Context& ctx, JobSpec& spec) override {
     if (spec.workdir.empty()) spec.workdir = ctx.client_cwd;
     if (spec.resources.nodes > 1)
-      throw Error(Exit::DataErr, fmt::format("the job asks for {} nodes; the local backend is one machine",
-                                             spec.resources.nodes), "submit it to a Slurm backend (--backend)");
+      throw Error(Exit::DataErr,
+                  fmt::format("the job asks for {} nodes; the local backend is one machine", spec.resources.nodes),
+                  "submit it to a Slurm backend (--backend)");
     Store& store = ctx.store();
     for (const Dependency& d : spec.depends) {  // the daemon sees local jobs' states only
-      const std::vector<JobRecord> found = d.remote.empty() ? store.resolve(std::to_string(d.job)) : store.resolve(d.remote);
+      const std::vector<JobRecord> found =
+          d.remote.empty() ? store.resolve(std::to_string(d.job)) : store.resolve(d.remote);
       if (!d.remote.empty() || (!found.empty() && found.front().backend != c_.name))
         throw Error(Exit::Usage, fmt::format("depends: job {} runs on {}; a local job can wait only for local jobs",
                                              d.remote.empty() ? std::to_string(d.job) : d.remote,
@@ -56,12 +58,15 @@ class LocalBackend final : public Backend {
     for (auto [key, what, need] : {std::tuple{"cpus", "cores", long{r.tasks} * r.cpus_per_task},
                                    std::tuple{"gpus", "GPUs", long{r.tasks} * r.gpus_per_task}})
       if (have[key].is_number() && need > have[key].get<long>())
-        throw Error(Exit::DataErr, fmt::format("the job needs {} {}, this machine has {}", need, what, have[key].get<long>()),
+        throw Error(Exit::DataErr,
+                    fmt::format("the job needs {} {}, this machine has {}", need, what, have[key].get<long>()),
                     "see rsub status for what it has");
     const std::vector<std::int64_t> ids = store.submit(spec, ctx.me, preview.submit_s, environment);
     ctx.wake();
-    if (ctx.format == Format::Table) *ctx.out << ids.front() << '\n';
-    else print_jobs(ctx, ids);
+    if (ctx.format == Format::Table)
+      *ctx.out << ids.front() << '\n';
+    else
+      print_jobs(ctx, ids);
     return 0;
   }
 
@@ -81,7 +86,7 @@ class LocalBackend final : public Backend {
       wake |= changed;
       if (!changed && !ctx.quiet)
         *ctx.err << fmt::format("rsub: note: job {} is {}, not pending: nothing to {}\n", j.display_id(),
-                                 state_name(j.state), control_verb(action));
+                                state_name(j.state), control_verb(action));
     }
     if (wake) ctx.wake();
   }
@@ -119,8 +124,8 @@ class LocalBackend final : public Backend {
     lines.push_back(v.detail);
     const auto& c = ctx.settings.sched;
     lines.push_back(fmt::format("priority {:.1f} = fair share {:.3f} × {} + age {:.3f} × {} + priority {} × {}",
-                                v.priority.score, v.priority.fairshare, c.weight_fairshare, v.priority.age, c.weight_age,
-                                v.priority.priority, c.weight_priority));
+                                v.priority.score, v.priority.fairshare, c.weight_fairshare, v.priority.age,
+                                c.weight_age, v.priority.priority, c.weight_priority));
     if (v.position > 0) lines.push_back(fmt::format("position {} of {} pending", v.position, x.pending));
     if (!v.waits_for.empty()) {
       std::string ids;
@@ -168,12 +173,15 @@ class LocalBackend final : public Backend {
     const long need_cpus = long{r.tasks} * r.cpus_per_task, need_gpus = long{r.tasks} * r.gpus_per_task;
     if (r.nodes > 1) return {Offer::Never, {}, fmt::format("the job asks for {} nodes; this is one machine", r.nodes)};
     if (need_cpus > cpus || need_gpus > gpus)
-      return {Offer::Never, {}, fmt::format("too big: needs {} and {}, the machine has {} and {}", count(need_cpus, "core"),
-                                            count(need_gpus, "GPU"), cpus, gpus)};
+      return {Offer::Never,
+              {},
+              fmt::format("too big: needs {} and {}, the machine has {} and {}", count(need_cpus, "core"),
+                          count(need_gpus, "GPU"), cpus, gpus)};
     long used_cpus = 0, used_gpus = 0, pending = 0;
     store.each_job({}, [&](const JobRecord& j) {
       if (j.backend != c_.name) return;
-      if (j.state == JobState::Pending) pending += !j.held;
+      if (j.state == JobState::Pending)
+        pending += !j.held;
       else {
         used_cpus += long{j.spec.resources.tasks} * j.spec.resources.cpus_per_task;
         used_gpus += long{j.spec.resources.tasks} * j.spec.resources.gpus_per_task;
@@ -181,10 +189,13 @@ class LocalBackend final : public Backend {
     });
     if (pending > 0) return {Offer::Later, {}, fmt::format("{} job(s) already wait there", pending)};
     if (need_cpus > cpus - used_cpus || need_gpus > gpus - used_gpus)
-      return {Offer::Later, {}, fmt::format("busy: needs {} and {}, {} and {} are free now", count(need_cpus, "core"),
-                                            count(need_gpus, "GPU"), cpus - used_cpus, gpus - used_gpus)};
+      return {Offer::Later,
+              {},
+              fmt::format("busy: needs {} and {}, {} and {} are free now", count(need_cpus, "core"),
+                          count(need_gpus, "GPU"), cpus - used_cpus, gpus - used_gpus)};
     return {Offer::Now, 0.0,
-            fmt::format("fits now ({} of {} cores and {} of {} GPUs free)", cpus - used_cpus, cpus, gpus - used_gpus, gpus)};
+            fmt::format("fits now ({} of {} cores and {} of {} GPUs free)", cpus - used_cpus, cpus, gpus - used_gpus,
+                        gpus)};
   }
 
  private:

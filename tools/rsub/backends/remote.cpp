@@ -28,7 +28,6 @@ std::string message_of(const std::string& program, std::string_view text) {
   return std::string(text.empty() ? "(no message)" : text);
 }
 
-
 // A remote job's dependencies as its backend names them; each must run there too.
 RemoteDeps remote_deps(Store& store, JobSpec& spec) {
   RemoteDeps out;
@@ -43,7 +42,8 @@ RemoteDeps remote_deps(Store& store, JobSpec& spec) {
     // A backend may forget finished jobs (Slurm after MinJobAge) and then take a
     // dependency on them as met: decide on ended ones here, as the local scheduler does.
     if (std::all_of(found.begin(), found.end(), [](const JobRecord& f) { return terminal(f.state); })) {
-      const bool ok = std::all_of(found.begin(), found.end(), [](const JobRecord& f) { return f.state == JobState::Completed; });
+      const bool ok =
+          std::all_of(found.begin(), found.end(), [](const JobRecord& f) { return f.state == JobState::Completed; });
       if (d.type == DepType::AfterOk ? !ok : d.type == DepType::AfterNotOk ? ok : false)
         throw Error(Exit::DataErr, fmt::format("depends: {}:{} can never be satisfied: job {} has ended {}",
                                                dep_type_name(d.type), text, j.display_id(), state_name(j.state)));
@@ -80,10 +80,14 @@ class RemoteJobs final : public Backend {
     const SubmitRef ref{0, ctx.me.user, store.tag()};
     if (dry_run) {
       const std::string text = r_->render(spec, deps, ref);
-      if (ctx.format == Format::Table) *ctx.out << text;
-      else *ctx.out << to_json_line(Json{{"schema", "rkit.job.submission.v1"}, {"backend", spec.backend},
-                                          {"spec", spec.to_json()}, {"submission", bytes_json(text)}})
-                     << '\n';
+      if (ctx.format == Format::Table)
+        *ctx.out << text;
+      else
+        *ctx.out << to_json_line(Json{{"schema", "rkit.job.submission.v1"},
+                                      {"backend", spec.backend},
+                                      {"spec", spec.to_json()},
+                                      {"submission", bytes_json(text)}})
+                 << '\n';
       return 0;
     }
     // Stored first: its rsub id names it there.
@@ -228,7 +232,9 @@ RunResult run_backend_command(const BackendCall& how, std::vector<std::string> a
     // The user's command gets none of the daemon's environment: a plain PATH, who it
     // is, and what the backend sets (SLURM_CONF ...).
     o.clear_env = true;
-    o.env = {{"PATH", "/usr/local/bin:/usr/bin:/bin"}, {"HOME", found->pw_dir}, {"USER", found->pw_name},
+    o.env = {{"PATH", "/usr/local/bin:/usr/bin:/bin"},
+             {"HOME", found->pw_dir},
+             {"USER", found->pw_name},
              {"LOGNAME", found->pw_name}};
   }
   o.argv = std::move(argv);

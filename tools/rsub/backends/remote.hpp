@@ -118,9 +118,9 @@ struct RemoteConfig : BackendConfig {
 
 // [rsub.backends.NAME] with kind = "slurm".
 struct SlurmConfig final : RemoteConfig {
-  std::string slurm_conf;       // SLURM_CONF for its commands ("" → Slurm's default)
-  std::string bin_dir;          // where sbatch, squeue ... are ("" → PATH)
-  std::string partition, qos;   // defaults for its jobs
+  std::string slurm_conf;      // SLURM_CONF for its commands ("" → Slurm's default)
+  std::string bin_dir;         // where sbatch, squeue ... are ("" → PATH)
+  std::string partition, qos;  // defaults for its jobs
   std::unique_ptr<RemoteBackend> remote(std::optional<std::uint32_t> run_as_uid) const override;
 };
 

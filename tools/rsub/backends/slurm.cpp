@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <ctime>
-#include <map>
 #include <filesystem>
+#include <map>
 #include <set>
 #include <string_view>
 #include <vector>
@@ -68,13 +68,13 @@ std::string comma_list(const std::set<std::string>& ids) {
 // matched (rsub's own errors are typed: BackendUnreachable, SubmitUnconfirmed). Each
 // SlurmSays names one situation by the phrases of Slurm 22.05's stderr that mean it.
 enum class SlurmSays {
-  Unreachable,       // slurmctld did not answer: down, busy, or slow; worth another try
-  MaybeDelivered,    // of those, the ones where the request may have reached slurmctld (it
-                     // timed out rather than being refused): a submission may have happened
-  NoAccounting,      // sacct without slurmdbd
-  NoJobs,            // scontrol show job with an empty queue
-  AlreadyEnded,      // scancel of a job that has just ended
-  UnknownJob,        // squeue -j of a job slurmctld no longer holds
+  Unreachable,     // slurmctld did not answer: down, busy, or slow; worth another try
+  MaybeDelivered,  // of those, the ones where the request may have reached slurmctld (it
+                   // timed out rather than being refused): a submission may have happened
+  NoAccounting,    // sacct without slurmdbd
+  NoJobs,          // scontrol show job with an empty queue
+  AlreadyEnded,    // scancel of a job that has just ended
+  UnknownJob,      // squeue -j of a job slurmctld no longer holds
 };
 
 bool slurm_says(SlurmSays what, std::string_view err) {
@@ -97,12 +97,14 @@ bool transient(const std::string& err) { return slurm_says(SlurmSays::Unreachabl
 // A value that goes into an #SBATCH line, double-quoted: sbatch reads quotes there, but
 // not escapes, and a newline would end the line (and run the rest as shell).
 std::string sbatch_value(const BackendCommon& c, std::string_view key, std::string_view v) {
-  if (std::any_of(v.begin(), v.end(), [](char ch) { return ch == '"' || ch == '\\' || static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f; }))
+  if (std::any_of(v.begin(), v.end(), [](char ch) {
+        return ch == '"' || ch == '\\' || static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f;
+      }))
     throw Error(Exit::DataErr, fmt::format("slurm backend \"{}\": {} \"{}\" has a quote, backslash or control "
-                                           "character, which an #SBATCH line cannot carry", c.name, key, v));
+                                           "character, which an #SBATCH line cannot carry",
+                                           c.name, key, v));
   return v.find_first_of(" \t") == std::string_view::npos ? std::string(v) : fmt::format("\"{}\"", v);
 }
-
 
 class SlurmBackend final : public RemoteBackend {
  public:
@@ -121,7 +123,8 @@ class SlurmBackend final : public RemoteBackend {
     // nodes share (the batch script makes each job's own folder).
     std::error_code ec;
     std::filesystem::create_directories(c_.log_dir, ec);
-    if (ec) throw Error(Exit::IoErr, fmt::format("slurm backend \"{}\": create {}: {}", c_.name, c_.log_dir, ec.message()));
+    if (ec)
+      throw Error(Exit::IoErr, fmt::format("slurm backend \"{}\": create {}: {}", c_.name, c_.log_dir, ec.message()));
     const std::string script = render(spec, deps, ref);
     RunResult r;
     try {
@@ -136,7 +139,8 @@ class SlurmBackend final : public RemoteBackend {
     const std::string line = r.out.substr(0, r.out.find('\n'));
     const std::string job = line.substr(0, line.find(';'));  // "1234" or "1234;cluster"
     if (job.empty() || !std::all_of(job.begin(), job.end(), ::isdigit))
-      throw Error(Exit::Software, fmt::format("slurm backend \"{}\": sbatch printed \"{}\", not a job id", c_.name, line));
+      throw Error(Exit::Software,
+                  fmt::format("slurm backend \"{}\": sbatch printed \"{}\", not a job id", c_.name, line));
     if (!spec.array) return {job};
     std::vector<std::string> ids;
     for (int index : spec.array->indices) ids.push_back(fmt::format("{}_{}", job, index));
@@ -183,7 +187,8 @@ class SlurmBackend final : public RemoteBackend {
     for (auto& st : states) by_id[st.remote_id] = &st;
     std::set<std::string> ask;
     for (const auto& id : ids)
-      if (auto it = by_id.find(id); it == by_id.end() || it->second->state == JobState::Pending) ask.insert(base_id(id));
+      if (auto it = by_id.find(id); it == by_id.end() || it->second->state == JobState::Pending)
+        ask.insert(base_id(id));
     if (ask.empty()) return states;
     const RunResult q = call({"squeue", "-h", "-r", "-j", comma_list(ask), "-o", "%i|%T|%r"}, {}, 0);
     if (!q.status.success()) return states;  // gone from the queue meanwhile: sacct's then
@@ -209,13 +214,14 @@ class SlurmBackend final : public RemoteBackend {
 
   bool control(const std::vector<std::string>& ids, Control action) override {
     std::vector<std::string> argv;
-    if (action == Control::Cancel) argv = {"scancel"};
-    else argv = {"scontrol", action == Control::Hold ? "uhold" : "release"};  // uhold: its user may release it
+    if (action == Control::Cancel)
+      argv = {"scancel"};
+    else
+      argv = {"scontrol", action == Control::Hold ? "uhold" : "release"};  // uhold: its user may release it
     argv.insert(argv.end(), ids.begin(), ids.end());
     const RunResult r = call(argv, {}, 0);
     // Cancelling a job that has just ended is not an error worth stopping for.
-    if (!r.status.success() && !slurm_says(SlurmSays::AlreadyEnded, r.err))
-      refused(argv.front(), r);
+    if (!r.status.success() && !slurm_says(SlurmSays::AlreadyEnded, r.err)) refused(argv.front(), r);
     return false;  // sacct keeps the job, CANCELLED
   }
 
@@ -256,7 +262,8 @@ class SlurmBackend final : public RemoteBackend {
     for (std::string_view line : split(r.out, '\n'))
       if (line.starts_with("SLURM_VERSION")) version = std::string(line.substr(line.rfind(' ') + 1));
     return fmt::format("Slurm {}{}{}; states from sacct and squeue", version,
-                       c_.partition.empty() ? "" : ", partition " + c_.partition, c_.qos.empty() ? "" : ", QOS " + c_.qos);
+                       c_.partition.empty() ? "" : ", partition " + c_.partition,
+                       c_.qos.empty() ? "" : ", QOS " + c_.qos);
   }
 
   std::string log_path(const JobRecord& job, int task, bool err) const override {
@@ -291,8 +298,8 @@ JobState slurm_state(std::string_view name) {
   if (name == "TIMEOUT") return JobState::Timeout;
   if (name == "NODE_FAIL") return JobState::Lost;
   if (name == "OUT_OF_MEMORY") return JobState::OutOfMemory;
-  if (name == "FAILED" || name == "BOOT_FAIL" || name == "DEADLINE" ||
-      name == "PREEMPTED" || name == "REVOKED" || name == "SPECIAL_EXIT")
+  if (name == "FAILED" || name == "BOOT_FAIL" || name == "DEADLINE" || name == "PREEMPTED" || name == "REVOKED" ||
+      name == "SPECIAL_EXIT")
     return JobState::Failed;
   return JobState::Running;  // RUNNING, COMPLETING, CONFIGURING, SUSPENDED, STAGE_OUT ...
 }
@@ -316,8 +323,10 @@ std::vector<Store::RemoteState> parse_sacct(std::string_view text, const std::ve
     const auto code = split(f[2], ':');  // "exit code:signal"
     if (terminal(s.state) && code.size() == 2) {
       const int sig = std::atoi(std::string(code[1]).c_str());
-      if (sig > 0 && sig <= 64) s.signal = sig;  // OUT_OF_MEMORY's "0:125" is no signal of the job's
-      else if (sig == 0) s.exit_code = std::atoi(std::string(code[0]).c_str());
+      if (sig > 0 && sig <= 64)
+        s.signal = sig;  // OUT_OF_MEMORY's "0:125" is no signal of the job's
+      else if (sig == 0)
+        s.exit_code = std::atoi(std::string(code[0]).c_str());
     }
     // sacct keeps a finished job's last pending reason; say how it ended instead, as
     // local jobs do.
@@ -326,7 +335,8 @@ std::vector<Store::RemoteState> parse_sacct(std::string_view text, const std::ve
       s.reason = s.signal      ? "Signal " + signal_name(*s.signal)
                  : s.exit_code ? fmt::format("NonZeroExitCode {}", *s.exit_code)
                                : std::string(f[1]);  // OUT_OF_MEMORY, BOOT_FAIL ...
-    else if (s.state == JobState::Timeout) s.reason = "TimeLimit";
+    else if (s.state == JobState::Timeout)
+      s.reason = "TimeLimit";
     if (s.remote_id.find('[') != std::string::npos) {
       pending_range[base_id(s.remote_id)] = s;
       continue;
@@ -387,7 +397,8 @@ std::string slurm_script(const JobSpec& spec, const RemoteDeps& deps, const Slur
     opt(fmt::format("--mem={}M", (r.memory_bytes + (1 << 20) - 1) / (1 << 20) * per_node));
   if (r.gpus_per_task > 0) {
     if (r.gpu_type.find_first_of(":, ") != std::string::npos)
-      throw Error(Exit::DataErr, fmt::format("slurm backend \"{}\": GPU type \"{}\" is not a GRES type", c.name, r.gpu_type));
+      throw Error(Exit::DataErr,
+                  fmt::format("slurm backend \"{}\": GPU type \"{}\" is not a GRES type", c.name, r.gpu_type));
     opt(fmt::format("--gres=gpu:{}{}", r.gpu_type.empty() ? "" : sbatch_value(c, "GPU type", r.gpu_type) + ":",
                     r.gpus_per_task * per_node));
   }
@@ -406,7 +417,8 @@ std::string slurm_script(const JobSpec& spec, const RemoteDeps& deps, const Slur
   }
   if (!deps.empty()) {
     std::string list;
-    for (const auto& [type, id] : deps) list += fmt::format("{}{}:{}", list.empty() ? "" : ",", dep_type_name(type), id);
+    for (const auto& [type, id] : deps)
+      list += fmt::format("{}{}:{}", list.empty() ? "" : ",", dep_type_name(type), id);
     opt("--dependency=" + list);
     opt("--kill-on-invalid-dep=yes");  // a dependency that can never be met ends the job, as locally
   }
@@ -427,7 +439,8 @@ std::string slurm_script(const JobSpec& spec, const RemoteDeps& deps, const Slur
     if (k.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_") != std::string::npos ||
         std::isdigit(static_cast<unsigned char>(k.front())))
       throw Error(Exit::DataErr, fmt::format("slurm backend \"{}\": env {}: not a shell variable name, which the batch "
-                                             "script must export", c.name, k));
+                                             "script must export",
+                                             c.name, k));
     s += fmt::format("export {}={}\n", k, sh_quote(v));
   }
   s += "id=${SLURM_ARRAY_JOB_ID:+${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}}\n";
@@ -436,10 +449,11 @@ std::string slurm_script(const JobSpec& spec, const RemoteDeps& deps, const Slur
   if (spec.array) s += "export RSUB_ARRAY_INDEX=\"$SLURM_ARRAY_TASK_ID\"\n";
   s += fmt::format("logs={}/\"$id\"\nmkdir -p \"$logs\"\n", sh_quote(log_dir));
   // --cpus-per-task again: since 22.05 srun does not inherit it from sbatch.
-  s += fmt::format("srun --kill-on-bad-exit=1 --cpus-per-task={} --open-mode=append --output=\"$logs/task-%t.out\" "
-                   "--error=\"$logs/task-%t.err\" /bin/sh -c 'RSUB_TASK_ID=$SLURM_PROCID; export RSUB_TASK_ID; exec \"$@\"' "
-                   "rsub-task",
-                   r.cpus_per_task);
+  s += fmt::format(
+      "srun --kill-on-bad-exit=1 --cpus-per-task={} --open-mode=append --output=\"$logs/task-%t.out\" "
+      "--error=\"$logs/task-%t.err\" /bin/sh -c 'RSUB_TASK_ID=$SLURM_PROCID; export RSUB_TASK_ID; exec \"$@\"' "
+      "rsub-task",
+      r.cpus_per_task);
   for (const auto& arg : spec.command) s += " " + sh_quote(arg);
   s += "\nrc=$?\n";
   // The retry policy: a listed exit code or signal (srun reports 128 + signal) requeues
@@ -450,13 +464,15 @@ std::string slurm_script(const JobSpec& spec, const RemoteDeps& deps, const Slur
     std::string codes;
     for (int code : retry) codes += fmt::format("{} ", code);
     s += fmt::format("case \" {}\" in *\" $rc \"*)\n", codes);
-    s += fmt::format("  if [ \"${{SLURM_RESTART_COUNT:-0}}\" -lt {} ] && scontrol requeue \"$SLURM_JOB_ID\"; then exit 0; fi;;\n",
-                     spec.retry.max_attempts - 1);
+    s += fmt::format(
+        "  if [ \"${{SLURM_RESTART_COUNT:-0}}\" -lt {} ] && scontrol requeue \"$SLURM_JOB_ID\"; then exit 0; fi;;\n",
+        spec.retry.max_attempts - 1);
     s += "esac\n";
   }
   // A task killed by a signal: end the same way, so that Slurm records the signal; only
   // signals whose default action ends a process (SIGSTOP would leave the script stopped).
-  s += "case $((rc - 128)) in 1|2|3|4|5|6|7|8|9|10|11|12|13|14|15|24|25|26|27|29|30|31) kill -$((rc - 128)) $$;; esac\n";
+  s +=
+      "case $((rc - 128)) in 1|2|3|4|5|6|7|8|9|10|11|12|13|14|15|24|25|26|27|29|30|31) kill -$((rc - 128)) $$;; esac\n";
   s += "exit \"$rc\"\n";
   return s;
 }
@@ -466,7 +482,8 @@ std::unique_ptr<RemoteBackend> SlurmConfig::remote(std::optional<std::uint32_t> 
 }
 
 BackendKind slurm_backend_kind() {
-  return {"slurm", {"accounts", "slurm_conf", "bin_dir", "partition", "qos"},
+  return {"slurm",
+          {"accounts", "slurm_conf", "bin_dir", "partition", "qos"},
           [](const Config& c, const std::string& key, const BackendCommon& common) -> std::shared_ptr<BackendConfig> {
             auto b = std::make_shared<SlurmConfig>();
             static_cast<BackendCommon&>(*b) = common;

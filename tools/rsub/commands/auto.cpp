@@ -40,7 +40,8 @@ Placement place_job(Context& ctx, const JobSpec& spec) {
   }
   const auto limit = ctx.settings.max_job_cost.find(spec.tenant);
   if (limit != ctx.settings.max_job_cost.end() && !prices)
-    throw Error(Exit::Config, fmt::format("rsub.tenants.{}.max_job_cost needs a price sheet to price jobs with", spec.tenant),
+    throw Error(Exit::Config,
+                fmt::format("rsub.tenants.{}.max_job_cost needs a price sheet to price jobs with", spec.tenant),
                 "set rsub.auto.prices (rsub(1), BACKENDS)");
   const Resources& r = spec.resources;
   const double hours = spec.time_limit_s.value_or(3600) / 3600;
@@ -49,8 +50,9 @@ Placement place_job(Context& ctx, const JobSpec& spec) {
     const auto backend = open_backend(ctx, name);  // asked as the caller, not as root
     std::string cost_text;
     if (prices) {
-      const double cost = prices->at(name).hourly(static_cast<double>(r.tasks) * r.cpus_per_task, static_cast<double>(r.tasks) * r.gpus_per_task,
-                                                  r.gpu_type, r.memory_bytes * static_cast<std::uint64_t>(r.tasks)) *
+      const double cost = prices->at(name).hourly(static_cast<double>(r.tasks) * r.cpus_per_task,
+                                                  static_cast<double>(r.tasks) * r.gpus_per_task, r.gpu_type,
+                                                  r.memory_bytes * static_cast<std::uint64_t>(r.tasks)) *
                           hours;
       cost_text = fmt::format("{:.2f} {} for {}{}", cost, prices->currency, format_duration(hours * 3600),
                               spec.time_limit_s ? "" : " (no time limit: one hour assumed)");
@@ -72,7 +74,8 @@ Placement place_job(Context& ctx, const JobSpec& spec) {
     if (p.backend.empty() || (wait && (!best_wait || *wait < *best_wait))) {
       p.backend = name;
       best_wait = wait;
-      p.reason = fmt::format("local {}; {}{}", local.why, wait_text, cost_text.empty() ? "" : " and costs " + cost_text);
+      p.reason =
+          fmt::format("local {}; {}{}", local.why, wait_text, cost_text.empty() ? "" : " and costs " + cost_text);
     }
   }
   if (!p.backend.empty()) return p;

@@ -49,8 +49,8 @@ std::vector<JobRecord> resolve_all(Store& store, const std::vector<std::string>&
 // only they may do ("cancel it", "read its output").
 void check_owner(const Context& ctx, const JobRecord& j, std::string_view what) {
   if (j.uid != ctx.me.uid && !is_admin(ctx))
-    throw Error(Exit::NoPerm, fmt::format("job {} belongs to {}: only its user or an admin can {}", j.display_id(),
-                                          j.user, what),
+    throw Error(Exit::NoPerm,
+                fmt::format("job {} belongs to {}: only its user or an admin can {}", j.display_id(), j.user, what),
                 "admins are listed in rsub.admins");
 }
 
@@ -102,10 +102,13 @@ bool refresh_all(Context& ctx) {
 }  // namespace
 
 std::vector<Column> job_columns() {
-  auto duration = [](const Json& v) { return v.is_null() ? std::string("-") : format_duration(std::floor(v.get<double>())); };
-  return {{"ID", "id"},           {"NAME", "name"},       {"TENANT", "tenant"},   {"USER", "user"},
-          {"STATE", "state"},     {"TASKS", "tasks"},     {"CPUS", "cpus"},       {"GPUS", "gpus"},
-          {"TIME", "elapsed_s", duration}, {"REASON", "reason"}};
+  auto duration = [](const Json& v) {
+    return v.is_null() ? std::string("-") : format_duration(std::floor(v.get<double>()));
+  };
+  return {{"ID", "id"},        {"NAME", "name"},   {"TENANT", "tenant"},
+          {"USER", "user"},    {"STATE", "state"}, {"TASKS", "tasks"},
+          {"CPUS", "cpus"},    {"GPUS", "gpus"},   {"TIME", "elapsed_s", duration},
+          {"REASON", "reason"}};
 }
 
 void print_jobs(Context& ctx, const std::vector<std::int64_t>& ids) {
@@ -207,7 +210,8 @@ int logs(Context& ctx, const std::string& id, bool follow, int task, bool err) {
   const JobRecord& job = jobs.front();
   check_owner(ctx, job, "read its output");
   if (task < 0 || task >= job.spec.resources.tasks)
-    throw Error(Exit::Usage, fmt::format("--task {}: job {} has tasks 0 to {}", task, id, job.spec.resources.tasks - 1));
+    throw Error(Exit::Usage,
+                fmt::format("--task {}: job {} has tasks 0 to {}", task, id, job.spec.resources.tasks - 1));
   const auto backend = open_backend(ctx, job.backend);
   const LogFile file = backend->log_file(job, task, err);
   UniqueFd fd;
@@ -249,8 +253,10 @@ int control(Context& ctx, const std::vector<std::string>& ids, Control action) {
   for (const JobRecord& j : jobs) check_owner(ctx, j, fmt::format("{} it", control_verb(action)));
   std::map<std::string, std::vector<JobRecord>> by_backend;
   for (const JobRecord& j : jobs)
-    if (ctx.settings.backend(j.backend)) by_backend[j.backend].push_back(j);
-    else if (!j.remote_id.empty()) open_backend(ctx, j.backend);  // Error(Usage) before anything is done
+    if (ctx.settings.backend(j.backend))
+      by_backend[j.backend].push_back(j);
+    else if (!j.remote_id.empty())
+      open_backend(ctx, j.backend);  // Error(Usage) before anything is done
   // The local machine is the first backend: acted on last, so that a remote one that
   // fails (it is reached over the network) leaves the local jobs as they were.
   for (auto b = ctx.settings.backends.rbegin(); b != ctx.settings.backends.rend(); ++b)
@@ -279,7 +285,7 @@ int wait(Context& ctx, const std::vector<std::string>& ids, std::optional<double
   std::uint64_t seen = 0;
   std::vector<std::int64_t> waiting;
   std::map<std::string, std::unique_ptr<Backend>> backends;  // of the jobs, where still configured
-  double poll = 0;  // the slowest of theirs: each pass reads every one of them
+  double poll = 0;                                           // the slowest of theirs: each pass reads every one of them
   for (const auto& j : jobs) {
     waiting.push_back(j.id);
     if (!backends.count(j.backend) && ctx.settings.backend(j.backend)) {
@@ -290,7 +296,7 @@ int wait(Context& ctx, const std::vector<std::string>& ids, std::optional<double
   if (backends.empty()) poll = 0.5;
   int code = 0;
   while (!waiting.empty()) {
-    bool wrote = false;  // our own writes do not change data_version
+    bool wrote = false;                                                    // our own writes do not change data_version
     for (auto& [_, b] : backends) wrote |= b->refresh(ctx, false, false);  // at most every refresh_s
     const std::uint64_t version = store.data_version();
     if (version != seen || seen == 0 || wrote) {
@@ -364,7 +370,9 @@ int status(Context& ctx) {
                 {"gpus_total", total("gpus")},
                 {"oldest_pending_s", std::isfinite(r.oldest_submit) ? Json(now - r.oldest_submit) : Json(nullptr)}};
   };
-  auto age = [](const Json& v) { return v.is_null() ? std::string("-") : format_duration(std::floor(v.get<double>())); };
+  auto age = [](const Json& v) {
+    return v.is_null() ? std::string("-") : format_duration(std::floor(v.get<double>()));
+  };
   Printer out(*ctx.out, ctx.format,
               {{"BACKEND", "backend"},
                {"TENANT", "tenant"},
@@ -386,7 +394,9 @@ int why(Context& ctx, const std::string& id) {
   std::vector<JobRecord> jobs = resolve_all(store, {id});
   if (jobs.size() != 1) throw Error(Exit::Usage, fmt::format("{} is an array: name one element, as {}_N", id, id));
   const JobRecord& job = jobs.front();
-  Json rec{{"schema", "rkit.job.why.v1"}, {"id", job.display_id()}, {"state", state_name(job.state)},
+  Json rec{{"schema", "rkit.job.why.v1"},
+           {"id", job.display_id()},
+           {"state", state_name(job.state)},
            {"reason", job.reason}};
   std::vector<std::string> lines;
   if (ctx.settings.backend(job.backend) || job.state == JobState::Pending)
@@ -399,15 +409,22 @@ int why(Context& ctx, const std::string& id) {
   }
   if (ctx.format == Format::Csv) {
     Printer out(*ctx.out, Format::Csv,
-                {{"id", "id"}, {"state", "state"}, {"reason", "reason"}, {"detail", "detail"},
-                 {"priority", "/priority/score"}, {"position", "position"}, {"pending", "pending"},
-                 {"expected_start_unix_s", "expected_start_unix_s"}, {"waits_for", "waits_for"}});
+                {{"id", "id"},
+                 {"state", "state"},
+                 {"reason", "reason"},
+                 {"detail", "detail"},
+                 {"priority", "/priority/score"},
+                 {"position", "position"},
+                 {"pending", "pending"},
+                 {"expected_start_unix_s", "expected_start_unix_s"},
+                 {"waits_for", "waits_for"}});
     out.print(rec);
     out.finish();
     return 0;
   }
-  *ctx.out << fmt::format("job {}: {}{}\n", job.display_id(), rec["state"].get<std::string>(),
-                           rec["reason"].get<std::string>().empty() ? "" : " (" + rec["reason"].get<std::string>() + ")");
+  *ctx.out << fmt::format(
+      "job {}: {}{}\n", job.display_id(), rec["state"].get<std::string>(),
+      rec["reason"].get<std::string>().empty() ? "" : " (" + rec["reason"].get<std::string>() + ")");
   for (const auto& l : lines) *ctx.out << "  " << l << '\n';
   return 0;
 }
@@ -452,7 +469,9 @@ int bench_cgroup(Context& ctx, int jobs) {
   }
   JobCgroup::remove_parent("rkit/bench");
   std::sort(ms.begin(), ms.end());
-  *ctx.out << to_json_line(Json{{"jobs", jobs}, {"median_ms", ms[ms.size() / 2]}, {"max_ms", ms.back()},
+  *ctx.out << to_json_line(Json{{"jobs", jobs},
+                                {"median_ms", ms[ms.size() / 2]},
+                                {"max_ms", ms.back()},
                                 {"version", cgroup_version() == CgroupVersion::V2 ? "v2" : "v1"}})
            << '\n';
   return 0;
@@ -461,12 +480,12 @@ int bench_cgroup(Context& ctx, int jobs) {
 int bench_pass(Context& ctx) {
   const PassTiming t = time_pass(ctx.settings, local_machine(ctx.settings));
   *ctx.out << to_json_line(Json{{"load_ms", t.load_ms},
-                                 {"pass_ms", t.pass_ms},
-                                 {"refresh_ms", t.refresh_ms},
-                                 {"input_ms", t.input_ms},
-                                 {"starts", t.plan.starts.size()},
-                                 {"verdicts", t.plan.verdicts.size()}})
-            << '\n';
+                                {"pass_ms", t.pass_ms},
+                                {"refresh_ms", t.refresh_ms},
+                                {"input_ms", t.input_ms},
+                                {"starts", t.plan.starts.size()},
+                                {"verdicts", t.plan.verdicts.size()}})
+           << '\n';
   return 0;
 }
 
@@ -516,7 +535,8 @@ int handle_request(Context& ctx, const Json& request) {
   if (f == std::end(kFormats)) throw Error(Exit::DataErr, "request: format " + format + ": not table, json or csv");
   ctx.format = static_cast<Format>(f - std::begin(kFormats));
   ctx.quiet = r.get<bool>("quiet", false);
-  if (const auto cwd = request.find("cwd"); cwd != request.end() && !cwd->is_null()) ctx.client_cwd = bytes_of(*cwd, "request: cwd");
+  if (const auto cwd = request.find("cwd"); cwd != request.end() && !cwd->is_null())
+    ctx.client_cwd = bytes_of(*cwd, "request: cwd");
   const std::string cmd = r.get<std::string>("cmd", "");
   if (cmd == "submit") {
     const auto spec_it = request.find("spec");
@@ -533,14 +553,16 @@ int handle_request(Context& ctx, const Json& request) {
     std::size_t env_bytes = 0;
     for (const auto& kv : environment) env_bytes += kv.size() + 1;
     if (spec_bytes > kMaxRequestSpecBytes || env_bytes > kMaxRequestSpecBytes)
-      throw Error(Exit::DataErr, fmt::format("request: the job's spec ({} bytes) or environment ({} bytes) is over {} bytes",
-                                             spec_bytes, env_bytes, kMaxRequestSpecBytes));
+      throw Error(Exit::DataErr,
+                  fmt::format("request: the job's spec ({} bytes) or environment ({} bytes) is over {} bytes",
+                              spec_bytes, env_bytes, kMaxRequestSpecBytes));
     JobSpec spec = JobSpec::from_json(*spec_it);
     const std::size_t rows = spec.array ? spec.array->indices.size() : 1;
     if ((2 * spec_bytes + env_bytes) * rows > kMaxSubmitBytes)
-      throw Error(Exit::DataErr, fmt::format("the job would store {} MiB ({} elements of {} bytes): at most {} MiB",
-                                             (2 * spec_bytes + env_bytes) * rows >> 20, rows, 2 * spec_bytes + env_bytes,
-                                             kMaxSubmitBytes >> 20),
+      throw Error(Exit::DataErr,
+                  fmt::format("the job would store {} MiB ({} elements of {} bytes): at most {} MiB",
+                              (2 * spec_bytes + env_bytes) * rows >> 20, rows, 2 * spec_bytes + env_bytes,
+                              kMaxSubmitBytes >> 20),
                   "a smaller array, or a shorter command and environment");
     return submit(ctx, std::move(spec), r.get<bool>("dry_run", false), environment);
   }

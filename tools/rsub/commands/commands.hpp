@@ -31,13 +31,13 @@ struct Context {
   Settings settings;
   Format format = Format::Table;
   bool quiet = false;
-  Submitter me;                  // who asks: the peer's uid as the kernel reports it, and its name
-  std::vector<gid_t> groups;     // the peer's groups, as the kernel reports them
-  std::string client_cwd;        // the client's working directory: a job's default workdir
+  Submitter me;               // who asks: the peer's uid as the kernel reports it, and its name
+  std::vector<gid_t> groups;  // the peer's groups, as the kernel reports them
+  std::string client_cwd;     // the client's working directory: a job's default workdir
   std::ostream* out = &std::cout;
   std::ostream* err = &std::cerr;
   std::function<bool()> gone = [] { return false; };  // the client hung up: stop waiting
-  std::function<void()> wake = [] {};                  // the store changed: a scheduling pass now
+  std::function<void()> wake = [] {};                 // the store changed: a scheduling pass now
   // The running daemon's own pass, with details, for one job (rsub why); empty: a pass
   // made from the store (dry_pass).
   std::function<Explanation(std::int64_t job)> explain;

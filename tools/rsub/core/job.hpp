@@ -21,7 +21,7 @@ namespace rkit::rsub {
 // OUT_OF_MEMORY: the kernel killed it for going over its memory limit (its cgroup's).
 enum class JobState { Pending, Running, Completed, Failed, Cancelled, Timeout, Lost, OutOfMemory };
 
-std::string_view state_name(JobState state);  // "PENDING", "RUNNING", ...
+std::string_view state_name(JobState state);                 // "PENDING", "RUNNING", ...
 std::optional<JobState> parse_state(std::string_view name);  // case-insensitive
 inline bool terminal(JobState s) { return s != JobState::Pending && s != JobState::Running; }
 

@@ -53,9 +53,12 @@ class FieldWriter {
   explicit FieldWriter(std::string& out) : out_(out) {}
   FieldWriter& operator()(std::string_view key, std::string_view v) {
     name(key);
-    const bool plain = std::all_of(v.begin(), v.end(), [](char c) { return c >= 0x20 && c < 0x7f && c != '"' && c != '\\'; });
-    if (plain) out_.append(1, '"').append(v).append(1, '"');
-    else out_ += Json(std::string(v)).dump(-1, ' ', false, Json::error_handler_t::replace);
+    const bool plain =
+        std::all_of(v.begin(), v.end(), [](char c) { return c >= 0x20 && c < 0x7f && c != '"' && c != '\\'; });
+    if (plain)
+      out_.append(1, '"').append(v).append(1, '"');
+    else
+      out_ += Json(std::string(v)).dump(-1, ' ', false, Json::error_handler_t::replace);
     return *this;
   }
   FieldWriter& operator()(std::string_view key, const char* v) { return (*this)(key, std::string_view(v)); }
@@ -117,8 +120,8 @@ std::string JobRecord::to_json_line() const {
   line.append(fields, 1, fields.size() - 2);
   field("user", user)("uid", uid)("state", state_name(state))("reason", reason)("held", held)("exit_code", exit_code)(
       "signal", signal_text)("attempts", attempts)("submit_unix_s", submit_s)("start_unix_s", start_s)(
-      "end_unix_s", end_s)("elapsed_s", elapsed)("host", unless_empty(host))("cpu_used_s", cpu_s)(
-      "memory_peak_bytes", peak_memory_bytes);
+      "end_unix_s", end_s)("elapsed_s", elapsed)("host", unless_empty(host))("cpu_used_s", cpu_s)("memory_peak_bytes",
+                                                                                                  peak_memory_bytes);
   line += ",\"alloc\":";
   line += alloc_json;
   line += '}';

@@ -25,16 +25,24 @@
 namespace rkit::rsub {
 namespace spec_rules {
 
-constexpr std::array<std::pair<DepType, std::string_view>, 3> kDepTypes{{
-    {DepType::AfterOk, "afterok"}, {DepType::AfterAny, "afterany"}, {DepType::AfterNotOk, "afternotok"}}};
+constexpr std::array<std::pair<DepType, std::string_view>, 3> kDepTypes{
+    {{DepType::AfterOk, "afterok"}, {DepType::AfterAny, "afterany"}, {DepType::AfterNotOk, "afternotok"}}};
 
 // The flag that sets each validated key, so that an override's error names what was typed.
-constexpr std::pair<std::string_view, std::string_view> kFlagOfKey[] = {
-    {"name", "--name"}, {"env", "--env"}, {"resources.tasks", "--tasks"}, {"resources.nodes", "--nodes"},
-    {"resources.cpus_per_task", "--cpus-per-task"}, {"resources.gpus_per_task", "--gpus-per-task"},
-    {"priority", "--priority"}, {"time_limit", "--time"}, {"retry.on_exit_codes", "--retry-on"},
-    {"retry.on_signals", "--retry-on"}, {"array.range", "--array"}, {"array.max_concurrent", "--array"},
-    {"depends", "--depends"}, {"backend", "--backend"}};
+constexpr std::pair<std::string_view, std::string_view> kFlagOfKey[] = {{"name", "--name"},
+                                                                        {"env", "--env"},
+                                                                        {"resources.tasks", "--tasks"},
+                                                                        {"resources.nodes", "--nodes"},
+                                                                        {"resources.cpus_per_task", "--cpus-per-task"},
+                                                                        {"resources.gpus_per_task", "--gpus-per-task"},
+                                                                        {"priority", "--priority"},
+                                                                        {"time_limit", "--time"},
+                                                                        {"retry.on_exit_codes", "--retry-on"},
+                                                                        {"retry.on_signals", "--retry-on"},
+                                                                        {"array.range", "--array"},
+                                                                        {"array.max_concurrent", "--array"},
+                                                                        {"depends", "--depends"},
+                                                                        {"backend", "--backend"}};
 
 std::optional<DepType> dep_type(std::string_view name) {
   for (const auto& [type, n] : kDepTypes)
@@ -67,7 +75,8 @@ std::string default_name(const std::vector<std::string>& command) {
   std::string name = command.empty() ? std::string() : base_name(command.front());
   std::replace_if(name.begin(), name.end(), bad_name_char, '_');
   if (!is_utf8(name))  // a name is text: each byte outside ASCII then becomes _
-    std::replace_if(name.begin(), name.end(), [](char c) { return static_cast<unsigned char>(c) >= 0x80; }, '_');
+    std::replace_if(
+        name.begin(), name.end(), [](char c) { return static_cast<unsigned char>(c) >= 0x80; }, '_');
   return name;
 }
 
@@ -92,8 +101,10 @@ void validate(const JobSpec& s, const Fail& fail) {
   auto seconds = [&](std::string_view key, double v) {
     if (!std::isfinite(v) || v < 0) fail(key, "must be a finite number of seconds, at least 0");
   };
-  if (s.command.empty()) fail("command", "is required");
-  else if (s.command.front().empty()) fail("command", "must start with a program name");
+  if (s.command.empty())
+    fail("command", "is required");
+  else if (s.command.front().empty())
+    fail("command", "must start with a program name");
   if (s.name.empty()) fail("name", "must not be empty");
   if (std::any_of(s.name.begin(), s.name.end(), bad_name_char))
     fail("name", "must not contain whitespace or control characters");
@@ -133,8 +144,8 @@ void validate(const JobSpec& s, const Fail& fail) {
     if (d.job < 1 && d.remote.empty()) fail("depends", fmt::format("job ids must be at least 1 (not {})", d.job));
   range("resources.nodes", s.resources.nodes, 1, kMaxTasks);
   if (s.resources.tasks % s.resources.nodes != 0)
-    fail("resources.nodes", fmt::format("must divide resources.tasks ({} tasks on {} nodes)", s.resources.tasks,
-                                        s.resources.nodes));
+    fail("resources.nodes",
+         fmt::format("must divide resources.tasks ({} tasks on {} nodes)", s.resources.tasks, s.resources.nodes));
   range("slurm.switches", s.slurm.switches, 0, 1024);
   if (s.slurm.switch_wait_s < 0) fail("slurm.switch_wait", "must not be negative");
   if (s.backend.empty()) fail("backend", "must not be empty");
@@ -166,7 +177,7 @@ void read_value(const Json& v, const std::string& key, T& out) {
   } else if constexpr (std::is_same_v<T, std::string>) {
     if (!v.is_string() && !v.is_object()) bad_record(key, "a string");
     out = bytes_of(v, "job spec record: " + key);  // or {"hex": ...}
-  } else {  // a std::vector
+  } else {                                         // a std::vector
     if (!v.is_array()) bad_record(key, "an array");
     out.clear();
     for (const Json& item : v) read_value(item, key, out.emplace_back());
@@ -351,7 +362,8 @@ void apply_overrides(JobSpec& spec, const SpecOverrides& o) {
   if (o.gpu_type) spec.resources.gpu_type = *o.gpu_type;
   if (o.memory) spec.resources.memory_bytes = with_context(Exit::Usage, "--mem", [&] { return parse_size(*o.memory); });
   if (o.time_limit)
-    spec.time_limit_s = none_if_zero(with_context(Exit::Usage, "--time", [&] { return parse_duration(*o.time_limit); }));
+    spec.time_limit_s =
+        none_if_zero(with_context(Exit::Usage, "--time", [&] { return parse_duration(*o.time_limit); }));
   if (o.priority) spec.priority = *o.priority;
   if (o.retries) {
     // Checked here, before the + 1, so that the message speaks of retries.
@@ -398,9 +410,7 @@ void apply_overrides(JobSpec& spec, const SpecOverrides& o) {
 }
 
 std::vector<int> parse_array_range(std::string_view text) {
-  auto bad = [&](std::string_view why) {
-    throw Error(Exit::Usage, fmt::format("array range \"{}\": {}", text, why));
-  };
+  auto bad = [&](std::string_view why) { throw Error(Exit::Usage, fmt::format("array range \"{}\": {}", text, why)); };
   if (text.empty()) bad("empty");
   std::vector<bool> seen(kMaxArrayIndex + 1);
   std::size_t count = 0;
@@ -429,9 +439,7 @@ std::vector<int> parse_array_range(std::string_view text) {
 }
 
 std::vector<Dependency> parse_dependency(std::string_view text) {
-  auto bad = [&](std::string_view why) {
-    throw Error(Exit::Usage, fmt::format("dependency \"{}\": {}", text, why));
-  };
+  auto bad = [&](std::string_view why) { throw Error(Exit::Usage, fmt::format("dependency \"{}\": {}", text, why)); };
   std::vector<Dependency> out;
   for (std::string_view item : split(text, ',')) {  // Slurm's "afterok:1,afterany:2"
     auto [type_text, ids] = cut(item, ':');
@@ -447,7 +455,9 @@ std::vector<Dependency> parse_dependency(std::string_view text) {
         out.push_back({*type, *job, {}});
         continue;
       }
-      const auto id_char = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.'; };
+      const auto id_char = [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
+      };
       if (parts[i].empty() || i + 1 == parts.size() || parts[i + 1].empty() ||
           !std::all_of(parts[i + 1].begin(), parts[i + 1].end(), id_char))
         bad(fmt::format("\"{}\" is not a job id (12, or BACKEND:ID such as slurm:1234)", parts[i]));

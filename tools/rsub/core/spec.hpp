@@ -64,10 +64,10 @@ struct Resources {
 };
 
 struct RetryPolicy {
-  int max_attempts = 1;             // attempts in all, the first included
-  std::vector<int> on_exit_codes;   // exit codes that retry
-  std::vector<int> on_signals;      // signal numbers that retry
-  double backoff_s = 10;            // before the 2nd attempt; doubles, capped at 600 s
+  int max_attempts = 1;            // attempts in all, the first included
+  std::vector<int> on_exit_codes;  // exit codes that retry
+  std::vector<int> on_signals;     // signal numbers that retry
+  double backoff_s = 10;           // before the 2nd attempt; doubles, capped at 600 s
   bool operator==(const RetryPolicy&) const = default;
 };
 
@@ -93,20 +93,20 @@ struct KubeHints {
 };
 
 struct JobSpec {
-  std::string name;                     // default: the command's basename
-  std::string tenant;                   // empty: filled by the client from config/user
+  std::string name;    // default: the command's basename
+  std::string tenant;  // empty: filled by the client from config/user
   std::string project;
-  std::vector<std::string> command;     // argv; a TOML string becomes {"/bin/sh", "-c", s}
-  std::string workdir;                  // empty: filled by the client (its cwd)
+  std::vector<std::string> command;  // argv; a TOML string becomes {"/bin/sh", "-c", s}
+  std::string workdir;               // empty: filled by the client (its cwd)
   std::map<std::string, std::string> env;
   Resources resources;
-  std::optional<double> time_limit_s;   // nullopt: none
+  std::optional<double> time_limit_s;  // nullopt: none
   RetryPolicy retry;
   std::optional<ArraySpec> array;
   std::vector<Dependency> depends;
-  int priority = 0;                     // -1000..1000
+  int priority = 0;  // -1000..1000
   std::string backend = "local";
-  bool hold = false;                    // submit held
+  bool hold = false;  // submit held
   SlurmHints slurm;
   KubeHints kube;
   bool operator==(const JobSpec&) const = default;
@@ -127,16 +127,16 @@ JobSpec load_spec(const std::string& path);
 struct SpecOverrides {
   std::optional<std::string> name, tenant, project, workdir, gpu_type, backend;
   std::optional<std::string> partition, qos, account, image;  // [slurm], [kubernetes] hints
-  std::vector<std::string> env;            // "K=V"
+  std::vector<std::string> env;                               // "K=V"
   std::optional<int> tasks, nodes, cpus_per_task, gpus_per_task, priority;
-  std::optional<std::string> memory;       // size text
-  std::optional<std::string> time_limit;   // duration text; "0" = none
-  std::optional<int> retries;              // max_attempts = retries + 1
-  std::optional<std::string> retry_on;     // "75,137,SIGKILL": exit codes and signal names
-  std::optional<std::string> array;        // Slurm's syntax: "0-99%10"
-  std::vector<std::string> depends;        // "afterok:12:13" (each may hold several ids)
+  std::optional<std::string> memory;      // size text
+  std::optional<std::string> time_limit;  // duration text; "0" = none
+  std::optional<int> retries;             // max_attempts = retries + 1
+  std::optional<std::string> retry_on;    // "75,137,SIGKILL": exit codes and signal names
+  std::optional<std::string> array;       // Slurm's syntax: "0-99%10"
+  std::vector<std::string> depends;       // "afterok:12:13" (each may hold several ids)
   std::optional<bool> hold;
-  std::vector<std::string> command;        // after "--": replaces the spec's command
+  std::vector<std::string> command;  // after "--": replaces the spec's command
 };
 // Applies the overrides and validates the result. Errors throw Error(Usage) naming the
 // flag ("--tasks: must be at least 1").

@@ -2,9 +2,9 @@
 // every error naming "file:line: key what-is-wrong".
 #include <fmt/format.h>
 
+#include <toml++/toml.h>
 #include <algorithm>
 #include <cmath>
-#include <toml++/toml.h>
 
 #include "core/spec.hpp"
 #include "core/spec_rules.hpp"
@@ -28,25 +28,41 @@ class TomlReader {
     JobSpec spec;
     for (auto&& [k, v] : root_) {
       const std::string key(k.str());
-      if (key == "name") spec.name = string(v, key);
-      else if (key == "tenant") spec.tenant = string(v, key);
-      else if (key == "project") spec.project = string(v, key);
-      else if (key == "command") spec.command = command(v);
-      else if (key == "workdir") spec.workdir = string(v, key);
+      if (key == "name")
+        spec.name = string(v, key);
+      else if (key == "tenant")
+        spec.tenant = string(v, key);
+      else if (key == "project")
+        spec.project = string(v, key);
+      else if (key == "command")
+        spec.command = command(v);
+      else if (key == "workdir")
+        spec.workdir = string(v, key);
       else if (key == "env") {
         for (auto&& [name, value] : table(v, key))
           spec.env[std::string(name.str())] = string(value, fmt::format("env.{}", name.str()));
-      } else if (key == "priority") spec.priority = integer(v, key);
-      else if (key == "backend") spec.backend = string(v, key);
-      else if (key == "time_limit") spec.time_limit_s = none_if_zero(seconds(v, key));
-      else if (key == "hold") spec.hold = boolean(v, key);
-      else if (key == "resources") spec.resources = resources(table(v, key));
-      else if (key == "retry") spec.retry = retry(table(v, key));
-      else if (key == "array") spec.array = array_spec(table(v, key));
-      else if (key == "depends") spec.depends = depends(v);
-      else if (key == "slurm") spec.slurm = slurm(table(v, key));
-      else if (key == "kubernetes") spec.kube = kube(table(v, key));
-      else unknown(k, "");
+      } else if (key == "priority")
+        spec.priority = integer(v, key);
+      else if (key == "backend")
+        spec.backend = string(v, key);
+      else if (key == "time_limit")
+        spec.time_limit_s = none_if_zero(seconds(v, key));
+      else if (key == "hold")
+        spec.hold = boolean(v, key);
+      else if (key == "resources")
+        spec.resources = resources(table(v, key));
+      else if (key == "retry")
+        spec.retry = retry(table(v, key));
+      else if (key == "array")
+        spec.array = array_spec(table(v, key));
+      else if (key == "depends")
+        spec.depends = depends(v);
+      else if (key == "slurm")
+        spec.slurm = slurm(table(v, key));
+      else if (key == "kubernetes")
+        spec.kube = kube(table(v, key));
+      else
+        unknown(k, "");
     }
     if (spec.name.empty()) spec.name = default_name(spec.command);
     validate(spec, [&](std::string_view key, const std::string& why) {
@@ -130,13 +146,20 @@ class TomlReader {
     Resources r;
     for (auto&& [k, v] : t) {
       const std::string key = "resources." + std::string(k.str());
-      if (k.str() == "tasks") r.tasks = integer(v, key);
-      else if (k.str() == "nodes") r.nodes = integer(v, key);
-      else if (k.str() == "cpus_per_task") r.cpus_per_task = integer(v, key);
-      else if (k.str() == "gpus_per_task") r.gpus_per_task = integer(v, key);
-      else if (k.str() == "gpu_type") r.gpu_type = string(v, key);
-      else if (k.str() == "memory") r.memory_bytes = bytes(v, key);
-      else unknown(k, "resources.");
+      if (k.str() == "tasks")
+        r.tasks = integer(v, key);
+      else if (k.str() == "nodes")
+        r.nodes = integer(v, key);
+      else if (k.str() == "cpus_per_task")
+        r.cpus_per_task = integer(v, key);
+      else if (k.str() == "gpus_per_task")
+        r.gpus_per_task = integer(v, key);
+      else if (k.str() == "gpu_type")
+        r.gpu_type = string(v, key);
+      else if (k.str() == "memory")
+        r.memory_bytes = bytes(v, key);
+      else
+        unknown(k, "resources.");
     }
     return r;
   }
@@ -145,12 +168,18 @@ class TomlReader {
     SlurmHints h;
     for (auto&& [k, v] : t) {
       const std::string key = "slurm." + std::string(k.str());
-      if (k.str() == "partition") h.partition = string(v, key);
-      else if (k.str() == "qos") h.qos = string(v, key);
-      else if (k.str() == "account") h.account = string(v, key);
-      else if (k.str() == "switches") h.switches = integer(v, key);
-      else if (k.str() == "switch_wait") h.switch_wait_s = seconds(v, key);
-      else unknown(k, "slurm.");
+      if (k.str() == "partition")
+        h.partition = string(v, key);
+      else if (k.str() == "qos")
+        h.qos = string(v, key);
+      else if (k.str() == "account")
+        h.account = string(v, key);
+      else if (k.str() == "switches")
+        h.switches = integer(v, key);
+      else if (k.str() == "switch_wait")
+        h.switch_wait_s = seconds(v, key);
+      else
+        unknown(k, "slurm.");
     }
     return h;
   }
@@ -159,9 +188,12 @@ class TomlReader {
     KubeHints h;
     for (auto&& [k, v] : t) {
       const std::string key = "kubernetes." + std::string(k.str());
-      if (k.str() == "image") h.image = string(v, key);
-      else if (k.str() == "queue") h.queue = string(v, key);
-      else unknown(k, "kubernetes.");
+      if (k.str() == "image")
+        h.image = string(v, key);
+      else if (k.str() == "queue")
+        h.queue = string(v, key);
+      else
+        unknown(k, "kubernetes.");
     }
     return h;
   }
@@ -170,13 +202,16 @@ class TomlReader {
     RetryPolicy r;
     for (auto&& [k, v] : t) {
       const std::string key = "retry." + std::string(k.str());
-      if (k.str() == "max_attempts") r.max_attempts = integer(v, key);
+      if (k.str() == "max_attempts")
+        r.max_attempts = integer(v, key);
       else if (k.str() == "on_exit_codes") {
         for (const auto& code : array(v, key)) r.on_exit_codes.push_back(integer(code, key));
       } else if (k.str() == "on_signals") {
         for (const auto& sig : array(v, key)) r.on_signals.push_back(signal(sig, key));
-      } else if (k.str() == "backoff") r.backoff_s = seconds(v, key);
-      else unknown(k, "retry.");
+      } else if (k.str() == "backoff")
+        r.backoff_s = seconds(v, key);
+      else
+        unknown(k, "retry.");
     }
     return r;
   }
@@ -198,8 +233,10 @@ class TomlReader {
         const std::string text = string(v, key);
         a.indices = parse_at(v, key, [&] { return parse_array_range(text); });
         has_range = true;
-      } else if (k.str() == "max_concurrent") a.max_concurrent = integer(v, key);
-      else unknown(k, "array.");
+      } else if (k.str() == "max_concurrent")
+        a.max_concurrent = integer(v, key);
+      else
+        unknown(k, "array.");
     }
     if (!has_range) fail(t, "array.range", "is required");
     return a;
@@ -250,8 +287,6 @@ JobSpec parse_spec(std::string_view text, const std::string& source) {
   return TomlReader(root, source).read();
 }
 
-JobSpec load_spec(const std::string& path) {
-  return parse_spec(read_file(path, kMaxSpecBytes), input_name(path));
-}
+JobSpec load_spec(const std::string& path) { return parse_spec(read_file(path, kMaxSpecBytes), input_name(path)); }
 
 }  // namespace rkit::rsub

@@ -83,17 +83,17 @@ ALTER TABLE jobs ADD COLUMN peak_memory_bytes INTEGER;
 int retry_busy(void* arg, int tries) {
   auto& since = *static_cast<std::chrono::steady_clock::time_point*>(arg);
   const auto now = std::chrono::steady_clock::now();
-  if (tries == 0) since = now;
-  else if (now - since > std::chrono::seconds(30)) return 0;
+  if (tries == 0)
+    since = now;
+  else if (now - since > std::chrono::seconds(30))
+    return 0;
   ::usleep(tries < 100 ? 50 : 1000);
   return 1;
 }
 
 }  // namespace
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
+double now_s() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
 Store::Store(const std::string& dir) : dir_(dir) {
   // The state directory and its parents may not exist yet (~/.local/state on a fresh
@@ -102,8 +102,8 @@ Store::Store(const std::string& dir) : dir_(dir) {
     ::mkdir(dir.substr(0, slash).c_str(), 0700);
   if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) throw system_error("create " + dir, errno);
   const std::string path = dir + "/jobs.db";
-  if (sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
-                      nullptr) != SQLITE_OK) {
+  if (sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr) !=
+      SQLITE_OK) {
     const std::string message = db_ ? sqlite3_errmsg(db_) : "out of memory";
     sqlite3_close(db_);
     db_ = nullptr;
@@ -117,10 +117,10 @@ Store::Store(const std::string& dir) : dir_(dir) {
     const int have = version.step() ? version.i32(0) : 0;
     version.reset();
     if (have > kSchemaVersion)
-      throw Error(Exit::DataErr,
-                  fmt::format("job store {}: schema version {} is newer than this rsub's ({})", path, have,
-                              kSchemaVersion),
-                  "use the rsub that created it");
+      throw Error(
+          Exit::DataErr,
+          fmt::format("job store {}: schema version {} is newer than this rsub's ({})", path, have, kSchemaVersion),
+          "use the rsub that created it");
     if (have < kSchemaVersion) {
       // Switching a new database to WAL takes a lock that SQLite does not wait for, so
       // clients that create the store at the same moment retry here.
@@ -304,10 +304,11 @@ std::vector<JobRecord> Store::resolve(const std::string& text) {
         "substr(remote_id, 1, length(?2) + 1) = ?2 || '_')) ORDER BY id",
         kJobColumns);
     const std::string_view remote = std::string_view(text).substr(colon + 1);
-    if (colon == 0 || remote.empty() ||
-        !std::all_of(remote.begin(), remote.end(),
-                     [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.'; }))
-      throw Error(Exit::Usage, fmt::format("\"{}\" is not a job id (12, 12_3, or BACKEND:ID such as slurm:1234)", text));
+    if (colon == 0 || remote.empty() || !std::all_of(remote.begin(), remote.end(), [](char c) {
+          return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
+        }))
+      throw Error(Exit::Usage,
+                  fmt::format("\"{}\" is not a job id (12, 12_3, or BACKEND:ID such as slurm:1234)", text));
     Stmt& s = stmt(sql.c_str());
     s.bind(std::string_view(text).substr(0, colon)).bind(remote);
     std::vector<JobRecord> out;
@@ -334,9 +335,8 @@ std::vector<JobRecord> Store::resolve(const std::string& text) {
     return out;
   }
   const std::int64_t id = number(text);
-  static const std::string sql =
-      fmt::format("SELECT {} FROM jobs WHERE array_parent = ?1 OR (id = ?1 AND array_parent IS NULL) ORDER BY id",
-                  kJobColumns);
+  static const std::string sql = fmt::format(
+      "SELECT {} FROM jobs WHERE array_parent = ?1 OR (id = ?1 AND array_parent IS NULL) ORDER BY id", kJobColumns);
   Stmt& s = stmt(sql.c_str());
   s.bind(id);
   while (s.step()) out.push_back(read_job(s));
@@ -344,18 +344,20 @@ std::vector<JobRecord> Store::resolve(const std::string& text) {
 }
 
 void Store::each_job(const JobFilter& filter, const std::function<void(const JobRecord&)>& fn) {
-  static const std::string active =
-      fmt::format("SELECT {} FROM jobs WHERE state IN ('PENDING', 'RUNNING') AND (?1 IS NULL OR tenant = ?1) AND "
-                  "(?2 IS NULL OR user = ?2) AND (?3 IS NULL OR state = ?3) ORDER BY id",
-                  kJobColumns);
+  static const std::string active = fmt::format(
+      "SELECT {} FROM jobs WHERE state IN ('PENDING', 'RUNNING') AND (?1 IS NULL OR tenant = ?1) AND "
+      "(?2 IS NULL OR user = ?2) AND (?3 IS NULL OR state = ?3) ORDER BY id",
+      kJobColumns);
   static const std::string all = fmt::format(
       "SELECT {} FROM jobs WHERE (?1 IS NULL OR tenant = ?1) AND (?2 IS NULL OR user = ?2) AND "
       "(?3 IS NULL OR state = ?3) ORDER BY id",
       kJobColumns);
   Stmt& s = stmt((filter.all || filter.state ? all : active).c_str());
   s.bind(filter.tenant).bind(filter.user);
-  if (filter.state) s.bind(state_name(*filter.state));
-  else s.bind(std::optional<int>());
+  if (filter.state)
+    s.bind(state_name(*filter.state));
+  else
+    s.bind(std::optional<int>());
   while (s.step()) fn(read_job(s, filter.light));
 }
 
@@ -368,8 +370,8 @@ std::vector<JobRecord> Store::jobs(const JobFilter& filter) {
 bool Store::cancel(std::int64_t id, const std::string& by, double now) {
   bool done = false;
   transaction([&] {
-    Stmt& pending = stmt(
-        "UPDATE jobs SET state = 'CANCELLED', reason = ?, end_s = ? WHERE id = ? AND state = 'PENDING'");
+    Stmt& pending =
+        stmt("UPDATE jobs SET state = 'CANCELLED', reason = ?, end_s = ? WHERE id = ? AND state = 'PENDING'");
     pending.bind("cancelled by " + by).bind(now).bind(id).run();
     done = sqlite3_changes(db_) > 0;
     if (!done)

@@ -48,16 +48,16 @@ struct JobRecord {
   std::string user;
   std::uint32_t uid = 0;
   JobState state = JobState::Pending;
-  std::string reason;       // PENDING: why it waits; terminal: what ended it
+  std::string reason;  // PENDING: why it waits; terminal: what ended it
   bool held = false;
   bool cancel_requested = false;
   double submit_s = 0;
-  double eligible_s = 0;    // not before (a retry's backoff)
+  double eligible_s = 0;                 // not before (a retry's backoff)
   std::optional<double> start_s, end_s;  // of the last attempt
   std::optional<int> exit_code, signal;
-  int attempts = 0;         // attempts started
+  int attempts = 0;              // attempts started
   std::vector<TaskAlloc> alloc;  // the last attempt's
-  std::string host;         // where it ran
+  std::string host;              // where it ran
   // As stored: the spec's part of the record and the allocation, as JSON text (empty for
   // a job not from the store). A light read (JobFilter::light) fills these, not spec and
   // alloc, so that listing many jobs parses nothing.
@@ -79,10 +79,10 @@ struct JobRecord {
 std::string spec_record_fields(const JobSpec& spec);
 
 struct JobFilter {
-  bool all = false;                   // also finished jobs
+  bool all = false;  // also finished jobs
   std::optional<std::string> tenant, user;
   std::optional<JobState> state;
-  bool light = false;                 // records for output only: no spec, no alloc
+  bool light = false;  // records for output only: no spec, no alloc
 };
 
 // How one attempt of a job ended, as its supervisor saw it.
@@ -92,7 +92,7 @@ struct AttemptEnd {
   std::optional<int> exit_code;  // the first failing task's (or 0)
   std::optional<int> signal;
   double end_s = 0;
-  std::optional<double> cpu_s = std::nullopt;        // the cgroup's measure, when there was one
+  std::optional<double> cpu_s = std::nullopt;  // the cgroup's measure, when there was one
   std::optional<std::uint64_t> peak_memory_bytes = std::nullopt;
 };
 

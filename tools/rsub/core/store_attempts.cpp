@@ -24,9 +24,9 @@ std::uint64_t Store::data_version() {
 }
 
 std::vector<JobRecord> Store::active_jobs_after(std::int64_t after_id) {
-  static const std::string sql =
-      fmt::format("SELECT {} FROM jobs WHERE state IN ('PENDING', 'RUNNING') AND backend = 'local' AND id > ? ORDER BY id",
-                  kJobColumns);
+  static const std::string sql = fmt::format(
+      "SELECT {} FROM jobs WHERE state IN ('PENDING', 'RUNNING') AND backend = 'local' AND id > ? ORDER BY id",
+      kJobColumns);
   Stmt& s = stmt(sql.c_str());
   s.bind(after_id);
   std::vector<JobRecord> out;
@@ -49,11 +49,13 @@ std::vector<Store::ActiveState> Store::changed_since(std::int64_t& seq) {
   std::unordered_map<std::int64_t, std::size_t> at;  // a job changed twice: its row, once
   while (s.step()) {
     seq = std::max(seq, s.i64(0));
-    const ActiveState st{s.i64(1), parse_state(s.text(2)).value_or(JobState::Lost), s.i32(3) != 0, s.i32(4) != 0,
-                         s.f64(5), s.i32(6)};
+    const ActiveState st{
+        s.i64(1), parse_state(s.text(2)).value_or(JobState::Lost), s.i32(3) != 0, s.i32(4) != 0, s.f64(5), s.i32(6)};
     auto [it, added] = at.try_emplace(st.id, out.size());
-    if (added) out.push_back(st);
-    else out[it->second] = st;
+    if (added)
+      out.push_back(st);
+    else
+      out[it->second] = st;
   }
   return out;
 }
@@ -84,12 +86,12 @@ std::vector<std::pair<std::int64_t, std::vector<JobState>>> Store::dependency_st
   return out;
 }
 
-bool Store::start_attempt(std::int64_t id, const std::vector<TaskAlloc>& alloc, const std::string& host,
-                          double now) {
+bool Store::start_attempt(std::int64_t id, const std::vector<TaskAlloc>& alloc, const std::string& host, double now) {
   bool started = false;
   transaction([&] {
-    stmt("UPDATE jobs SET state = 'RUNNING', reason = '', attempts = attempts + 1, start_s = ?, end_s = NULL, "
-         "exit_code = NULL, signal = NULL, alloc = ?, host = ? WHERE id = ? AND state = 'PENDING' AND held = 0")
+    stmt(
+        "UPDATE jobs SET state = 'RUNNING', reason = '', attempts = attempts + 1, start_s = ?, end_s = NULL, "
+        "exit_code = NULL, signal = NULL, alloc = ?, host = ? WHERE id = ? AND state = 'PENDING' AND held = 0")
         .bind(now)
         .bind(alloc_to_json(alloc).dump())
         .bind(host)
@@ -101,8 +103,9 @@ bool Store::start_attempt(std::int64_t id, const std::vector<TaskAlloc>& alloc, 
 }
 
 bool Store::undo_start(std::int64_t id, int attempt) {
-  stmt("UPDATE jobs SET state = 'PENDING', attempts = attempts - 1, start_s = NULL, alloc = NULL, host = '' "
-       "WHERE id = ? AND state = 'RUNNING' AND attempts = ?")
+  stmt(
+      "UPDATE jobs SET state = 'PENDING', attempts = attempts - 1, start_s = NULL, alloc = NULL, host = '' "
+      "WHERE id = ? AND state = 'RUNNING' AND attempts = ?")
       .bind(id)
       .bind(attempt)
       .run();
@@ -118,8 +121,7 @@ void Store::set_reasons(const std::vector<std::pair<std::int64_t, std::string>>&
 }
 
 bool Store::finish(std::int64_t id, JobState state, const std::string& reason, double now) {
-  Stmt& s = stmt(
-      "UPDATE jobs SET state = ?, reason = ?, end_s = ? WHERE id = ? AND state IN ('PENDING', 'RUNNING')");
+  Stmt& s = stmt("UPDATE jobs SET state = ?, reason = ?, end_s = ? WHERE id = ? AND state IN ('PENDING', 'RUNNING')");
   s.bind(state_name(state)).bind(reason).bind(now).bind(id).run();
   return sqlite3_changes(db_) > 0;
 }
@@ -173,8 +175,9 @@ JobState Store::end_attempt(std::int64_t id, int attempt, const AttemptEnd& end)
     // A cancelled job is never retried, whichever way its last attempt happened to end.
     if (job->cancel_requested && (end.how == AttemptEnd::How::Cancelled || t.state == JobState::Pending))
       t = {JobState::Cancelled, job->reason, std::nullopt};
-    stmt("UPDATE jobs SET state = ?, reason = ?, end_s = ?, exit_code = ?, signal = ?, eligible_s = ?, "
-         "cancel_requested = 0, cpu_s = ?, peak_memory_bytes = ? WHERE id = ?")
+    stmt(
+        "UPDATE jobs SET state = ?, reason = ?, end_s = ?, exit_code = ?, signal = ?, eligible_s = ?, "
+        "cancel_requested = 0, cpu_s = ?, peak_memory_bytes = ? WHERE id = ?")
         .bind(state_name(t.state))
         .bind(t.reason)
         .bind(end.end_s)
@@ -195,19 +198,15 @@ Transition after_attempt(const JobSpec& spec, int attempts_made, const AttemptEn
   using How = AttemptEnd::How;
   Transition t;
   switch (end.how) {
-    case How::Cancelled:
-      return {JobState::Cancelled, "cancelled", std::nullopt};
-    case How::TimedOut:
-      return {JobState::Timeout, "TimeLimit", std::nullopt};
+    case How::Cancelled: return {JobState::Cancelled, "cancelled", std::nullopt};
+    case How::TimedOut: return {JobState::Timeout, "TimeLimit", std::nullopt};
     case How::OutOfMemory:  // not retried: the same limit would kill it again
       return {JobState::OutOfMemory, "OutOfMemory: over its memory limit, killed by the kernel", std::nullopt};
     case How::Exited:
       if (end.exit_code.value_or(0) == 0) return {JobState::Completed, "", std::nullopt};
       t = {JobState::Failed, fmt::format("NonZeroExitCode {}", *end.exit_code), std::nullopt};
       break;
-    case How::Signaled:
-      t = {JobState::Failed, "Signal " + signal_name(end.signal.value_or(0)), std::nullopt};
-      break;
+    case How::Signaled: t = {JobState::Failed, "Signal " + signal_name(end.signal.value_or(0)), std::nullopt}; break;
   }
   const RetryPolicy& r = spec.retry;
   const bool qualifies =
@@ -216,8 +215,8 @@ Transition after_attempt(const JobSpec& spec, int attempts_made, const AttemptEn
           : std::find(r.on_signals.begin(), r.on_signals.end(), end.signal.value_or(0)) != r.on_signals.end();
   if (qualifies && attempts_made < r.max_attempts) {
     const double backoff = std::min(600.0, r.backoff_s * std::pow(2.0, attempts_made - 1));
-    return {JobState::Pending, fmt::format("BeginTime (retry {} of {} after {})", attempts_made + 1, r.max_attempts,
-                                           t.reason),
+    return {JobState::Pending,
+            fmt::format("BeginTime (retry {} of {} after {})", attempts_made + 1, r.max_attempts, t.reason),
             end.end_s + backoff};
   }
   return t;

@@ -52,8 +52,9 @@ void Store::discard(const std::vector<std::int64_t>& ids) {
 }
 
 void Store::lose_unsubmitted(const std::string& backend, double before_s, double now) {
-  stmt("UPDATE jobs SET state = 'LOST', reason = 'SubmitInterrupted', end_s = ? WHERE backend = ? AND "
-       "remote_id IS NULL AND state = 'PENDING' AND submit_s < ?")
+  stmt(
+      "UPDATE jobs SET state = 'LOST', reason = 'SubmitInterrupted', end_s = ? WHERE backend = ? AND "
+      "remote_id IS NULL AND state = 'PENDING' AND submit_s < ?")
       .bind(now)
       .bind(backend)
       .bind(before_s)

@@ -19,7 +19,8 @@ namespace rkit::rsub::store_sql {
 
 inline constexpr const char* kJobColumns =
     "id, array_parent, array_index, spec, user, uid, state, reason, held, cancel_requested, submit_s, eligible_s, "
-    "start_s, end_s, exit_code, signal, attempts, alloc, host, record_fields, backend, remote_id, cpu_s, peak_memory_bytes";
+    "start_s, end_s, exit_code, signal, attempts, alloc, host, record_fields, backend, remote_id, cpu_s, "
+    "peak_memory_bytes";
 
 [[noreturn]] inline void fail(sqlite3* db, std::string_view what) {
   const int code = sqlite3_extended_errcode(db);
@@ -43,7 +44,8 @@ namespace rkit::rsub {
 class Store::Stmt {
  public:
   Stmt(sqlite3* db, const char* sql) : db_(db) {
-    if (sqlite3_prepare_v3(db, sql, -1, SQLITE_PREPARE_PERSISTENT, &s_, nullptr) != SQLITE_OK) store_sql::fail(db, "prepare");
+    if (sqlite3_prepare_v3(db, sql, -1, SQLITE_PREPARE_PERSISTENT, &s_, nullptr) != SQLITE_OK)
+      store_sql::fail(db, "prepare");
   }
   ~Stmt() { sqlite3_finalize(s_); }
   Stmt& reset() {
@@ -88,9 +90,12 @@ class Store::Stmt {
   template <typename T>
   std::optional<T> opt(int col) const {
     if (null(col)) return std::nullopt;
-    if constexpr (std::is_same_v<T, double>) return f64(col);
-    else if constexpr (std::is_same_v<T, int>) return i32(col);
-    else return static_cast<T>(i64(col));
+    if constexpr (std::is_same_v<T, double>)
+      return f64(col);
+    else if constexpr (std::is_same_v<T, int>)
+      return i32(col);
+    else
+      return static_cast<T>(i64(col));
   }
 
  private:

@@ -22,8 +22,8 @@
 #include <cstring>
 #include <functional>
 #include <future>
-#include <mutex>
 #include <iostream>
+#include <mutex>
 
 #include "core/store.hpp"
 #include "daemon/daemon_state.hpp"
@@ -104,7 +104,6 @@ void start_daemon(const std::string& exe, const std::string& config_path, const 
   if (!started) throw system_error("start the rsub daemon", errno);
 }
 
-
 namespace {
 
 // The socket clients reach the daemon on. A shared daemon's lives in a directory that
@@ -145,13 +144,15 @@ UniqueFd listen_socket(const Settings& settings) {
 
 void run_daemon(const Settings& initial, const DaemonOptions& options) {
   if (initial.shared() && ::geteuid() != 0)
-    throw Error(Exit::NoPerm, "a shared rsub daemon (rsub.socket) must run as root: only root starts jobs as their users");
-  Store{initial.dir};  // creates the directory and the store
+    throw Error(Exit::NoPerm,
+                "a shared rsub daemon (rsub.socket) must run as root: only root starts jobs as their users");
+  Store{initial.dir};                  // creates the directory and the store
   ::chmod(initial.dir.c_str(), 0700);  // nobody but the daemon's user reads or changes the store
   const std::string lock = initial.dir + "/daemon.lock";
   UniqueFd lock_fd(::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
   if (!lock_fd) throw system_error("open " + lock, errno);
-  if (::flock(lock_fd.get(), LOCK_EX | LOCK_NB) != 0) throw Error(Exit::TempFail, "a daemon already runs for " + initial.dir);
+  if (::flock(lock_fd.get(), LOCK_EX | LOCK_NB) != 0)
+    throw Error(Exit::TempFail, "a daemon already runs for " + initial.dir);
 
   // Signals arrive through a descriptor, polled with the wake socket.
   sigset_t mask;
@@ -166,7 +167,7 @@ void run_daemon(const Settings& initial, const DaemonOptions& options) {
   ::unlink(addr.sun_path);  // a dead daemon's: we hold the lock
   if (!wake || ::bind(wake.get(), reinterpret_cast<const sockaddr*>(&addr), len) != 0)
     throw system_error("bind the rsub wake socket", errno);
-  ::chmod(addr.sun_path, 0600);  // the daemon's supervisors run as its user
+  ::chmod(addr.sun_path, 0600);                                   // the daemon's supervisors run as its user
   UniqueFd wake_event(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));  // the request threads' wake-ups
   // Listening from now: clients that connect while the machine is probed wait in the
   // backlog, and are served once the capacity is recorded.
@@ -218,8 +219,8 @@ void run_daemon(const Settings& initial, const DaemonOptions& options) {
     if (asks.empty()) return;
     if (closing) {
       for (auto& [job, promise] : asks)
-        promise.set_exception(std::make_exception_ptr(
-            Error(Exit::TempFail, "the rsub daemon is stopping", "try again once it is back")));
+        promise.set_exception(
+            std::make_exception_ptr(Error(Exit::TempFail, "the rsub daemon is stopping", "try again once it is back")));
       return;
     }
     try {

@@ -13,12 +13,11 @@
 //
 // Durability: the daemon creates and locks a job attempt's lock file before it starts
 // the supervisor, which receives the lock (through the launcher, run_launcher; the daemon
-// then closes its copy), so the lock is free exactly when the supervisor is gone. The supervisor records the attempt's end
-// in the store before it exits. A daemon that starts (also after kill -9) finds each
-// RUNNING job's lock: held → its supervisor still runs and will record the end; free,
-// no end recorded, and the supervisor's pid in the file (written before it starts any
-// task) → LOST (its command may have run: it is never started again by itself); free and
-// no pid → the daemon died before the supervisor started: PENDING again.
+// then closes its copy), so the lock is free exactly when the supervisor is gone. The supervisor records the attempt's
+// end in the store before it exits. A daemon that starts (also after kill -9) finds each RUNNING job's lock: held → its
+// supervisor still runs and will record the end; free, no end recorded, and the supervisor's pid in the file (written
+// before it starts any task) → LOST (its command may have run: it is never started again by itself); free and no pid →
+// the daemon died before the supervisor started: PENDING again.
 #pragma once
 
 #include <cstdint>
@@ -43,7 +42,7 @@ struct TenantAccess {
 // The rsub settings of the configuration file (rsub(1), CONFIGURATION).
 struct Settings {
   std::string config_path;  // the file they came from ("" when none)
-  std::string dir;  // <state>/rsub
+  std::string dir;          // <state>/rsub
   // rsub.socket: a shared daemon's socket (/run/rkit/rsub.sock). Unset: a personal daemon,
   // started by its user's first command, listening on <dir>/rsub.sock.
   std::string socket;
@@ -51,15 +50,15 @@ struct Settings {
   std::string socket_path() const { return shared() ? socket : dir + "/rsub.sock"; }
   std::map<std::string, TenantAccess> tenant_access;
   SchedConfig sched;
-  std::vector<std::string> admins;            // rsub.admins: may cancel, hold, release anyone's jobs
+  std::vector<std::string> admins;                      // rsub.admins: may cancel, hold, release anyone's jobs
   std::map<std::string, std::string> tenants_of_users;  // rsub.users: user → tenant
-  std::optional<double> default_time_limit_s;  // rsub.default_time_limit
-  double kill_grace_s = 10;                    // rsub.kill_grace
-  int job_pids_max = 4096;                     // rsub.limits.max_pids_per_job: a job cgroup's pids.max (0: none)
-  double half_life_s = 3600;                   // rsub.priority.half_life
-  double gpu_weight = 10;                      // rsub.priority.gpu_weight: a GPU-second is worth N core-seconds
-  std::optional<int> local_cpus, local_gpus;   // [local] cpus, gpus: instead of the host's
-  std::optional<std::uint64_t> local_memory;   // [local] memory
+  std::optional<double> default_time_limit_s;           // rsub.default_time_limit
+  double kill_grace_s = 10;                             // rsub.kill_grace
+  int job_pids_max = 4096;                    // rsub.limits.max_pids_per_job: a job cgroup's pids.max (0: none)
+  double half_life_s = 3600;                  // rsub.priority.half_life
+  double gpu_weight = 10;                     // rsub.priority.gpu_weight: a GPU-second is worth N core-seconds
+  std::optional<int> local_cpus, local_gpus;  // [local] cpus, gpus: instead of the host's
+  std::optional<std::uint64_t> local_memory;  // [local] memory
   // Where jobs run: the local machine first, then each [rsub.backends.NAME], by name.
   std::vector<std::shared_ptr<const BackendConfig>> backends;
   const BackendConfig* backend(const std::string& name) const;  // nullptr: not configured

@@ -58,7 +58,7 @@ class ShimLauncher {
     pid_ = ::fork();
     if (pid_ < 0) return false;
     if (pid_ == 0) {  // fork-safe calls only: the daemon has threads
-      ::setsid();  // a terminal's signals are the daemon's, not its launcher's
+      ::setsid();     // a terminal's signals are the daemon's, not its launcher's
       ::fcntl(keep, F_SETFD, 0);
       ::close_range(3, static_cast<unsigned>(keep) - 1, 0);
       ::close_range(static_cast<unsigned>(keep) + 1, ~0U, 0);
@@ -185,8 +185,7 @@ bool Daemon::watch_running() {
       if (auto group = store_.task_group(id, j.attempts); group && *group > 1) ::kill(-*group, SIGKILL);
       kill_cgroup(id, j.attempts);
       store_.finish(id, JobState::Lost,
-                    fmt::format("the supervisor of attempt {} vanished without recording an end", j.attempts),
-                    now_s());
+                    fmt::format("the supervisor of attempt {} vanished without recording an end", j.attempts), now_s());
     });
   }
   return changed;
@@ -222,8 +221,8 @@ const SchedInput& Daemon::input(double now, bool details) {
   in_.running.clear();
   for (const std::int64_t id : running_) {
     const JobRecord& j = jobs_.at(id);
-    in_.running.push_back({id, j.spec.tenant, j.user, j.array_parent, j.alloc, j.start_s.value_or(now),
-                           j.spec.time_limit_s});
+    in_.running.push_back(
+        {id, j.spec.tenant, j.user, j.array_parent, j.alloc, j.start_s.value_or(now), j.spec.time_limit_s});
   }
   std::vector<std::int64_t> unknown;
   for (const PendingJob& p : in_.pending)
@@ -236,8 +235,10 @@ const SchedInput& Daemon::input(double now, bool details) {
   for (const auto& [id, states] : store_.dependency_states(unknown)) {
     DepStatus status = DepStatus::Completed;
     for (JobState state : states) {
-      if (!terminal(state)) status = DepStatus::Active;
-      else if (state != JobState::Completed && status == DepStatus::Completed) status = DepStatus::NotOk;
+      if (!terminal(state))
+        status = DepStatus::Active;
+      else if (state != JobState::Completed && status == DepStatus::Completed)
+        status = DepStatus::NotOk;
     }
     in_.dependencies[id] = status;
   }
@@ -402,7 +403,8 @@ SchedPlan Daemon::explain_pass() {
 }
 
 void Daemon::set_settings(const Settings& s) {
-  const bool machine = s.local_cpus != s_.local_cpus || s.local_gpus != s_.local_gpus || s.local_memory != s_.local_memory;
+  const bool machine =
+      s.local_cpus != s_.local_cpus || s.local_gpus != s_.local_gpus || s.local_memory != s_.local_memory;
   s_ = s;
   if (machine) machine_ = local_machine(s_);
 }

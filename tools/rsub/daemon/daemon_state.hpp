@@ -80,14 +80,14 @@ class Daemon {
   std::unique_ptr<ShimLauncher> launcher_;  // daemon_state.cpp's
   std::string host_;
   std::map<std::int64_t, JobRecord> jobs_;  // the active ones
-  SchedInput in_;                            // what track() keeps of them for the scheduler
+  SchedInput in_;                           // what track() keeps of them for the scheduler
   std::unordered_map<std::int64_t, std::size_t> pending_at_;
   std::vector<std::string> reasons_;
   std::set<std::int64_t> running_;
   std::int64_t max_id_ = 0;
   bool loaded_ = false;
-  std::int64_t change_seq_ = 0, trimmed_seq_ = 0;  // the change log: read up to, dropped up to
-  std::set<std::pair<std::int64_t, int>> signalled_;  // (job, attempt) sent a cancel
+  std::int64_t change_seq_ = 0, trimmed_seq_ = 0;         // the change log: read up to, dropped up to
+  std::set<std::pair<std::int64_t, int>> signalled_;      // (job, attempt) sent a cancel
   std::unordered_map<std::int64_t, int> start_failures_;  // attempts whose supervisor never ran
   std::map<std::string, std::pair<double, double>> usage_;
   double last_pass_ = now_s();

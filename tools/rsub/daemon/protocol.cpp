@@ -36,7 +36,8 @@ int read_exact(int fd, char* p, std::size_t n, const std::optional<std::chrono::
   std::size_t got = 0;
   while (got < n) {
     if (deadline) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*deadline - std::chrono::steady_clock::now());
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(*deadline - std::chrono::steady_clock::now());
       pollfd pfd{fd, POLLIN, 0};
       const int rc = left.count() > 0 ? ::poll(&pfd, 1, static_cast<int>(left.count())) : 0;
       if (rc == 0) throw Error(Exit::DataErr, "request: the peer sent nothing in time");

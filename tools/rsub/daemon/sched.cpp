@@ -34,16 +34,12 @@ bool gpu_matches(std::string_view name, std::string_view type) {
   return std::search(name.begin(), name.end(), type.begin(), type.end(), same) != name.end();
 }
 
-std::string count(std::int64_t n, std::string_view noun) {
-  return fmt::format("{} {}{}", n, noun, n == 1 ? "" : "s");
-}
+std::string count(std::int64_t n, std::string_view noun) { return fmt::format("{} {}{}", n, noun, n == 1 ? "" : "s"); }
 
 // Cores, GPUs (of the type at hand) and memory bytes. Signed: a slack may be negative.
 struct Amount {
   std::int64_t cores = 0, gpus = 0, memory = 0;
-  bool covers(const Amount& need) const {
-    return cores >= need.cores && gpus >= need.gpus && memory >= need.memory;
-  }
+  bool covers(const Amount& need) const { return cores >= need.cores && gpus >= need.gpus && memory >= need.memory; }
   Amount& operator+=(const Amount& o) {
     cores += o.cores, gpus += o.gpus, memory += o.memory;
     return *this;
@@ -103,7 +99,7 @@ class Pass {
   std::vector<std::int64_t> type_totals_;
   std::unordered_map<std::string_view, int> type_ids_, tenant_ids_, user_ids_;
   std::vector<Tenant> tenants_;
-  std::vector<int> user_jobs_;  // running jobs per user
+  std::vector<int> user_jobs_;                        // running jobs per user
   std::unordered_map<std::int64_t, int> array_jobs_;  // running elements per array
   std::unordered_set<std::int64_t> running_ids_;
 };
@@ -191,24 +187,35 @@ bool Pass::blocked(const Entry& e, Verdict& v) const {
     return true;
   };
   if (r.tasks < 1 || r.cpus_per_task < 1 || r.gpus_per_task < 0)
-    return verdict("Impossible", [&] {
-      return fmt::format("asks for {} tasks of {} cores and {} GPUs", r.tasks, r.cpus_per_task, r.gpus_per_task);
-    }, true);
+    return verdict(
+        "Impossible",
+        [&] {
+          return fmt::format("asks for {} tasks of {} cores and {} GPUs", r.tasks, r.cpus_per_task, r.gpus_per_task);
+        },
+        true);
   if (e.need.cores > static_cast<std::int64_t>(topo_.cores.size()))
-    return verdict("Impossible", [&] {
-      return fmt::format("needs {}, the machine has {}", count(e.need.cores, "core"), topo_.cores.size());
-    }, true);
+    return verdict(
+        "Impossible",
+        [&] { return fmt::format("needs {}, the machine has {}", count(e.need.cores, "core"), topo_.cores.size()); },
+        true);
   if (e.need.gpus > type_totals_[static_cast<std::size_t>(e.type)])
-    return verdict("Impossible", [&] {
-      return fmt::format("needs {}{}, the machine has {}", count(e.need.gpus, "GPU"),
-                         r.gpu_type.empty() ? "" : " of type " + r.gpu_type,
-                         type_totals_[static_cast<std::size_t>(e.type)]);
-    }, true);
+    return verdict(
+        "Impossible",
+        [&] {
+          return fmt::format("needs {}{}, the machine has {}", count(e.need.gpus, "GPU"),
+                             r.gpu_type.empty() ? "" : " of type " + r.gpu_type,
+                             type_totals_[static_cast<std::size_t>(e.type)]);
+        },
+        true);
   if (count_memory_ && e.need.memory > static_cast<std::int64_t>(in_.machine->memory_bytes))
-    return verdict("Impossible", [&] {
-      return fmt::format("needs {} of memory, the machine has {}", format_bytes(static_cast<std::uint64_t>(e.need.memory)),
-                         format_bytes(in_.machine->memory_bytes));
-    }, true);
+    return verdict(
+        "Impossible",
+        [&] {
+          return fmt::format("needs {} of memory, the machine has {}",
+                             format_bytes(static_cast<std::uint64_t>(e.need.memory)),
+                             format_bytes(in_.machine->memory_bytes));
+        },
+        true);
 
   const Dependency* waiting = nullptr;  // the first dependency still waiting, for the detail
   for (const Dependency& d : j.depends) {
@@ -218,10 +225,15 @@ bool Pass::blocked(const Entry& e, Verdict& v) const {
     const bool never = !s || (d.type == DepType::AfterOk && *s == DepStatus::NotOk) ||
                        (d.type == DepType::AfterNotOk && *s == DepStatus::Completed);
     if (never)
-      return verdict("DependencyNeverSatisfied", [&] {
-        return fmt::format("{}:{} can never be satisfied: job {} {}", dep_type_name(d.type), d.job, d.job,
-                           !s ? "is unknown" : *s == DepStatus::Completed ? "completed" : "did not succeed");
-      }, true);
+      return verdict(
+          "DependencyNeverSatisfied",
+          [&] {
+            return fmt::format("{}:{} can never be satisfied: job {} {}", dep_type_name(d.type), d.job, d.job,
+                               !s                           ? "is unknown"
+                               : *s == DepStatus::Completed ? "completed"
+                                                            : "did not succeed");
+          },
+          true);
     if (*s == DepStatus::Active) {
       if (!waiting) waiting = &d;
       v.waits_for.push_back(d.job);
@@ -368,7 +380,8 @@ Pass::Reservation Pass::reserve(const Entry& top, Verdict& v) const {
   Reservation res{&top, kNever, {}};
   Amount free_then = free(top.type);
   auto absorb = [&](const Ending& x) {  // waits_for: the jobs whose end frees something it lacks
-    if ((free_then.cores < top.need.cores && x.frees.cores > 0) || (free_then.gpus < top.need.gpus && x.frees.gpus > 0) ||
+    if ((free_then.cores < top.need.cores && x.frees.cores > 0) ||
+        (free_then.gpus < top.need.gpus && x.frees.gpus > 0) ||
         (free_then.memory < top.need.memory && x.frees.memory > 0))
       v.waits_for.push_back(x.id);
     free_then += x.frees;
@@ -391,7 +404,10 @@ SchedPlan Pass::run() {
     const PendingJob& j = in_.pending[k];
     const Resources& r = j.resources;
     const std::int64_t tasks = r.tasks;
-    entries[k] = {&j, tenant_id(j.tenant), user_id(j.user), type_id(r.gpu_type),
+    entries[k] = {&j,
+                  tenant_id(j.tenant),
+                  user_id(j.user),
+                  type_id(r.gpu_type),
                   {tasks * r.cpus_per_task, tasks * r.gpus_per_task,
                    count_memory_ ? static_cast<std::int64_t>(tasks * r.memory_bytes) : 0},
                   {}};
@@ -446,12 +462,10 @@ SchedPlan Pass::run() {
         const std::int64_t top = res->top->job->id;
         v.reason = "Priority";
         if (in_.details)
-          v.detail = outcome == Outcome::NoRoom
-                         ? fmt::format("behind job {}; {}", top, shortage(e))
-                     : res->time < kNever
-                         ? fmt::format("fits now but would delay job {}, expected to start in {}", top,
-                                       format_duration(res->time - in_.now))
-                         : fmt::format("fits now but would take what job {} needs", top);
+          v.detail = outcome == Outcome::NoRoom ? fmt::format("behind job {}; {}", top, shortage(e))
+                     : res->time < kNever ? fmt::format("fits now but would delay job {}, expected to start in {}", top,
+                                                        format_duration(res->time - in_.now))
+                                          : fmt::format("fits now but would take what job {} needs", top);
       }
     }
     plan_.verdicts.push_back(std::move(v));

@@ -127,13 +127,13 @@ struct PriorityFactors {
 // For each pending job that does not start: why (for `rsub why` and `rsub ls`).
 struct Verdict {
   std::int64_t job = 0;
-  std::string reason;           // Resources, Priority, Dependency, JobHeldUser, ...
-  std::string detail;           // one line a user can act on: "needs 2 GPUs, 0 of 2 free"
-                                // (empty unless SchedInput::details, or never)
-  bool never = false;           // can never run (the daemon fails it)
+  std::string reason;  // Resources, Priority, Dependency, JobHeldUser, ...
+  std::string detail;  // one line a user can act on: "needs 2 GPUs, 0 of 2 free"
+                       // (empty unless SchedInput::details, or never)
+  bool never = false;  // can never run (the daemon fails it)
   PriorityFactors priority;
-  int position = 0;             // 1-based rank by score among the jobs left waiting for
-                                // Resources or Priority (the top job is 1); 0 when blocked
+  int position = 0;                        // 1-based rank by score among the jobs left waiting for
+                                           // Resources or Priority (the top job is 1); 0 when blocked
   std::optional<double> expected_start_s;  // the reservation, for the top job
   std::vector<std::int64_t> waits_for;     // jobs that must finish first
 };

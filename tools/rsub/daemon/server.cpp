@@ -23,8 +23,7 @@
 
 namespace rkit::rsub {
 
-SettingsSource::SettingsSource(Settings initial)
-    : settings_(std::make_shared<const Settings>(std::move(initial))) {
+SettingsSource::SettingsSource(Settings initial) : settings_(std::make_shared<const Settings>(std::move(initial))) {
   stamp_ = stamp();
 }
 
@@ -73,9 +72,12 @@ std::size_t json_depth(std::string_view text) {
   bool in_string = false, escaped = false;
   for (char c : text) {
     if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false;
     } else if (c == '"') {
       in_string = true;
     } else if (c == '[' || c == '{') {
@@ -104,7 +106,9 @@ RequestServer::~RequestServer() {
   ::close(listen_fd_);
 }
 
-void RequestServer::start() { acceptor_ = std::thread([this] { accept_loop(); }); }
+void RequestServer::start() {
+  acceptor_ = std::thread([this] { accept_loop(); });
+}
 
 bool RequestServer::stop() {
   {

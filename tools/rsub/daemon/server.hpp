@@ -13,6 +13,7 @@
 //   server.stop();   // refuses new connections, ends the open ones, waits a little for them
 #pragma once
 
+#include <sys/types.h>
 #include <condition_variable>
 #include <functional>
 #include <map>
@@ -21,7 +22,6 @@
 #include <set>
 #include <string>
 #include <string_view>
-#include <sys/types.h>
 #include <thread>
 #include <vector>
 
@@ -85,7 +85,7 @@ class RequestServer {
   std::thread acceptor_;
   std::mutex mu_;
   std::condition_variable idle_;
-  std::set<int> open_;            // connections being served
+  std::set<int> open_;  // connections being served
   std::map<uid_t, int> per_user_;
   bool stopping_ = false;
   // Open connections to the store, lent to one request at a time: opening SQLite and

@@ -43,7 +43,8 @@ Settings load_settings(const Config& c) {
   if (auto v = c.get_duration("rsub.priority.half_life")) s.half_life_s = *v;
   if (auto v = c.get_duration("rsub.priority.max_age")) {
     if (*v < 1)
-      throw Error(Exit::Config, fmt::format("{}: rsub.priority.max_age must be at least 1s", c.where("rsub.priority.max_age")));
+      throw Error(Exit::Config,
+                  fmt::format("{}: rsub.priority.max_age must be at least 1s", c.where("rsub.priority.max_age")));
     s.sched.max_age_s = *v;
   }
   if (auto v = number<double>(c, "rsub.priority.gpu_weight", 0, 1e6)) s.gpu_weight = *v;
@@ -54,7 +55,8 @@ Settings load_settings(const Config& c) {
   if (auto v = number<int>(c, "rsub.limits.max_pids_per_job", 0, 1 << 22)) s.job_pids_max = *v;
   if (auto v = c.get_string("rsub.policy")) {
     auto p = parse_policy(*v);
-    if (!p) throw Error(Exit::Config, fmt::format("{}: rsub.policy must be \"pack\" or \"spread\"", c.where("rsub.policy")));
+    if (!p)
+      throw Error(Exit::Config, fmt::format("{}: rsub.policy must be \"pack\" or \"spread\"", c.where("rsub.policy")));
     s.sched.policy = *p;
   }
   s.local_cpus = number<int>(c, "local.cpus", 1, 1 << 20);
@@ -68,7 +70,8 @@ Settings load_settings(const Config& c) {
   }
   if (const auto* admins = c.get_array("rsub.admins")) {
     for (const auto& a : *admins) {
-      if (!a.is_string()) throw Error(Exit::Config, fmt::format("{}: rsub.admins must list user names", c.where("rsub.admins")));
+      if (!a.is_string())
+        throw Error(Exit::Config, fmt::format("{}: rsub.admins must list user names", c.where("rsub.admins")));
       s.admins.push_back(a.value<std::string>().value_or(""));
     }
   }
@@ -102,8 +105,8 @@ Settings load_settings(const Config& c) {
     for (const auto& b : *order) {
       const auto name = b.value<std::string>();
       if (!name || *name == "local" || !s.backend(*name))
-        throw Error(Exit::Config, fmt::format("{}: rsub.auto.backends must name configured backends",
-                                              c.where("rsub.auto.backends")));
+        throw Error(Exit::Config,
+                    fmt::format("{}: rsub.auto.backends must name configured backends", c.where("rsub.auto.backends")));
       s.auto_backends.push_back(*name);
     }
   }
@@ -134,7 +137,8 @@ Machine local_machine(const Settings& s) {
   if (!m.memory_bytes && !s.local_cpus)
     for (const auto& node : m.topology.numa_nodes) m.memory_bytes += node.memory_bytes;
   if (!m.memory_bytes)
-    m.memory_bytes = static_cast<std::uint64_t>(::sysconf(_SC_PHYS_PAGES)) * static_cast<std::uint64_t>(::sysconf(_SC_PAGE_SIZE));
+    m.memory_bytes =
+        static_cast<std::uint64_t>(::sysconf(_SC_PHYS_PAGES)) * static_cast<std::uint64_t>(::sysconf(_SC_PAGE_SIZE));
   return m;
 }
 

@@ -10,10 +10,10 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <grp.h>
+#include <poll.h>
 #include <pwd.h>
 #include <sched.h>
 #include <signal.h>
-#include <poll.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
@@ -192,7 +192,8 @@ std::optional<JobCgroup> job_cgroup(Store& store, const JobRecord& job, int atte
     limits.memory_bytes = r.memory_bytes * static_cast<std::uint64_t>(r.tasks);
   } else {  // none asked: the machine's memory per CPU for each of its CPUs (Slurm's DefMemPerCPU)
     const auto cpus = static_cast<std::uint64_t>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
-    const auto memory = static_cast<std::uint64_t>(::sysconf(_SC_PHYS_PAGES)) * static_cast<std::uint64_t>(::sysconf(_SC_PAGE_SIZE));
+    const auto memory =
+        static_cast<std::uint64_t>(::sysconf(_SC_PHYS_PAGES)) * static_cast<std::uint64_t>(::sysconf(_SC_PAGE_SIZE));
     limits.memory_bytes = memory / cpus * static_cast<std::uint64_t>(std::max(1, r.tasks * r.cpus_per_task));
   }
   if (pids_max > 0) limits.pids_max = pids_max;
@@ -211,7 +212,7 @@ int run_shim(const std::string& dir, std::int64_t id, int attempt, int lock_fd, 
   sigemptyset(&mask);
   for (int sig : {SIGCHLD, SIGTERM, SIGINT, SIGHUP}) sigaddset(&mask, sig);
   ::sigprocmask(SIG_BLOCK, &mask, nullptr);
-  ::signal(SIGCHLD, SIG_DFL);  // an inherited SIG_IGN would reap the tasks behind our back
+  ::signal(SIGCHLD, SIG_DFL);             // an inherited SIG_IGN would reap the tasks behind our back
   ::fcntl(lock_fd, F_SETFD, FD_CLOEXEC);  // tasks do not inherit the lock
   // The pid in the lock file tells the daemon that tasks may have started: without it
   // written, start none (the daemon then puts the job back in the queue).
@@ -312,8 +313,10 @@ int run_shim(const std::string& dir, std::int64_t id, int attempt, int lock_fd, 
       const auto t = static_cast<std::size_t>(it - pids.begin());
       --running;
       std::optional<int> code, sig;
-      if (WIFEXITED(status)) code = WEXITSTATUS(status);
-      else sig = WTERMSIG(status);
+      if (WIFEXITED(status))
+        code = WEXITSTATUS(status);
+      else
+        sig = WTERMSIG(status);
       // The last task's end is stored with the attempt's, in one transaction.
       if (running > 0)
         record("record a task's end", [&] { store.task_ended(id, attempt, static_cast<int>(t), code, sig, now_s()); });

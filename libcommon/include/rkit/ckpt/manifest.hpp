@@ -56,10 +56,10 @@ struct FileRecord {
   EntryType type = EntryType::File;
   std::uint32_t mode = 0644;
   std::int64_t mtime_ns = 0;
-  std::uint64_t bytes = 0;          // files only
-  std::uint64_t first_frame = 0;    // files only: frames [first_frame, first_frame + frame_count)
+  std::uint64_t bytes = 0;        // files only
+  std::uint64_t first_frame = 0;  // files only: frames [first_frame, first_frame + frame_count)
   std::uint64_t frame_count = 0;
-  std::string target;               // symlinks only
+  std::string target;  // symlinks only
   bool safetensors = false;
   std::vector<TensorRecord> tensors;
 };
@@ -68,10 +68,10 @@ struct FrameRecord {
   std::uint64_t file = 0;        // index into files
   std::uint64_t raw_offset = 0;  // offset in the file
   std::uint64_t raw_bytes = 0;
-  std::uint32_t shuffle = 1;     // element size the bytes were shuffled by
-  std::uint64_t xxh3 = 0;        // of the raw bytes
-  std::uint64_t offset = 0;      // of the zstd frame, in the archive that holds it
-  std::uint64_t bytes = 0;       // compressed size
+  std::uint32_t shuffle = 1;          // element size the bytes were shuffled by
+  std::uint64_t xxh3 = 0;             // of the raw bytes
+  std::uint64_t offset = 0;           // of the zstd frame, in the archive that holds it
+  std::uint64_t bytes = 0;            // compressed size
   std::optional<std::uint32_t> base;  // index into bases when another archive holds it
 };
 

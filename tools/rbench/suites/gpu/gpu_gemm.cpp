@@ -259,8 +259,7 @@ std::vector<Measurement> measure_device(int device, const RunOptions& opt, const
         // TF32 keeps 10 of fp32's 23 mantissa bits: each product may be off by 2^-9 of itself.
         out.push_back(measure(
             {"tf32", blas_launch(CUBLAS_COMPUTE_32F_FAST_TF32), a_tn, b_tn, c_col, 0x1p-9 + fp32_bound,
-             "2^-9 for inputs rounded to tf32, + " + fp32_reason, gemm_peak(dev.name, dev.clocks, GpuMath::Tf32), 4,
-             4},
+             "2^-9 for inputs rounded to tf32, + " + fp32_reason, gemm_peak(dev.name, dev.clocks, GpuMath::Tf32), 4, 4},
             dev, n, stream.get(), opt));
       }
 
@@ -307,19 +306,18 @@ std::vector<Measurement> measure_device(int device, const RunOptions& opt, const
       copy_and_wait(db.get(), hb.data(), nn * 2, cudaMemcpyHostToDevice, stream.get());
       const NarrowFormat f = format;
       const cudaDataType t = type;
-      out.push_back(measure({metric,
-                             [&] {
-                               blas_check(cublasGemmEx(blas.get(), CUBLAS_OP_T, CUBLAS_OP_N, n, n, n, &alpha, da.get(),
-                                                       t, n, db.get(), t, n, &beta, dc.get(), CUDA_R_32F, n,
-                                                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-                                          "cublasGemmEx");
-                             },
-                             [&](int i, int l) { return narrow_value(ha[std::size_t(i) * n + l], f); },
-                             [&](int l, int j) { return narrow_value(hb[std::size_t(j) * n + l], f); },
-                             [&](int i, int j) { return double(read_entry<float>(dc.get(), n, i, j, stream.get())); },
-                             fp32_bound, fp32_reason + "; the inputs are exact", gemm_peak(dev.name, dev.clocks, math),
-                             2, 4},
-                            dev, n, stream.get(), opt));
+      out.push_back(measure(
+          {metric,
+           [&] {
+             blas_check(cublasGemmEx(blas.get(), CUBLAS_OP_T, CUBLAS_OP_N, n, n, n, &alpha, da.get(), t, n, db.get(), t,
+                                     n, &beta, dc.get(), CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                        "cublasGemmEx");
+           },
+           [&](int i, int l) { return narrow_value(ha[std::size_t(i) * n + l], f); },
+           [&](int l, int j) { return narrow_value(hb[std::size_t(j) * n + l], f); },
+           [&](int i, int j) { return double(read_entry<float>(dc.get(), n, i, j, stream.get())); }, fp32_bound,
+           fp32_reason + "; the inputs are exact", gemm_peak(dev.name, dev.clocks, math), 2, 4},
+          dev, n, stream.get(), opt));
     }
 
     // fp8 e4m3 through cublasLt: TN, scales 1 (the default), bf16 C and D.

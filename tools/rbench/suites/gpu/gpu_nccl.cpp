@@ -189,9 +189,9 @@ LinkPeak link_peak(const std::vector<CudaDevice>& devs) {
     if (n == 2 && per_link > 0) {
       auto direct = known[0]->nvlinks.find(devs[1].pci_bus_id);
       if (direct != known[0]->nvlinks.end() && direct->second > 0)
-        return {{direct->second * per_link,
-                 fmt::format("{} NVLinks between the two GPUs (NVML) x {:g} GB/s per direction", direct->second,
-                             per_link)}};
+        return {
+            {direct->second * per_link, fmt::format("{} NVLinks between the two GPUs (NVML) x {:g} GB/s per direction",
+                                                    direct->second, per_link)}};
     }
     const bool no_nvlink =
         std::all_of(known.begin(), known.end(), [](auto* d) { return d->nvswitch_links == 0 && d->nvlinks.empty(); });
@@ -308,7 +308,7 @@ std::vector<Measurement> run_collectives(const RunOptions& opt, const Progress& 
       Measurement m;
       m.metric = name;
       m.unit = "GB/s";
-      m.params = {{"bytes", c.bytes},         {"ranks", n}, {"dtype", "float32"}, {"busbw_factor", factor},
+      m.params = {{"bytes", c.bytes},          {"ranks", n},           {"dtype", "float32"}, {"busbw_factor", factor},
                   {"device_bus_ids", bus_ids}, {"device_names", names}};
       if (coll == Collective::Alltoall) m.params["nccl_call"] = have_alltoall() ? "ncclAlltoAll" : "ncclSend/ncclRecv";
       for (int rep = 0; rep < opt.warmup + opt.reps; ++rep) {
