@@ -19,6 +19,8 @@
 #include <cerrno>
 #include <cstdlib>
 
+#include "rkit/host.hpp"
+
 namespace rkit {
 
 namespace {
@@ -43,9 +45,8 @@ std::shared_ptr<gloo::transport::Device> gloo_tcp_device(const GlooTcpOptions& o
   } else if (options.local) {
     attr.hostname = "127.0.0.1";  // the loopback device
   } else {
-    char name[256] = {};
-    if (::gethostname(name, sizeof name - 1) != 0) throw system_error("gethostname", errno);
-    attr.hostname = name;
+    attr.hostname = host_name();
+    if (attr.hostname.empty()) throw system_error("gethostname", errno);
   }
   return gloo::transport::tcp::CreateDevice(attr);
 }

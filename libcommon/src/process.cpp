@@ -21,6 +21,7 @@
 #include <span>
 
 #include "rkit/error.hpp"
+#include "rkit/host.hpp"
 
 extern char** environ;
 
@@ -40,9 +41,7 @@ std::string rkit_program(const std::string& name) {
   std::string var = "RKIT_";
   for (char c : name) var += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   if (const char* env = std::getenv(var.c_str()); env && *env) return env;
-  std::error_code ec;
-  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (!ec) {
+  if (const std::filesystem::path exe = self_exe(); !exe.empty()) {
     for (const std::filesystem::path& candidate :
          {exe.parent_path() / name, exe.parent_path().parent_path() / name / name})
       if (::access(candidate.c_str(), X_OK) == 0) return candidate.string();

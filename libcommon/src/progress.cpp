@@ -10,15 +10,19 @@
 
 namespace rkit {
 
-using Clock = std::chrono::steady_clock;
-
 Progress::Progress(std::string label, std::uint64_t total, bool enabled, double show_after_s)
     : label_(std::move(label)), total_(total), show_after_s_(show_after_s), start_(Clock::now()) {
   if (enabled && ::isatty(STDERR_FILENO)) out_ = &std::cerr;
 }
 
-Progress::Progress(std::string label, std::uint64_t total, std::ostream& out, double show_after_s)
-    : label_(std::move(label)), total_(total), out_(&out), show_after_s_(show_after_s), start_(Clock::now()) {}
+Progress::Progress(std::string label, std::uint64_t total, std::ostream& out, double show_after_s,
+                   std::function<Clock::time_point()> now)
+    : label_(std::move(label)),
+      total_(total),
+      out_(&out),
+      show_after_s_(show_after_s),
+      now_(std::move(now)),
+      start_(now_()) {}
 
 Progress::~Progress() { finish(); }
 
@@ -33,7 +37,7 @@ std::string Progress::render(std::uint64_t done, double elapsed_s) const {
 
 void Progress::update(std::uint64_t done) {
   if (!out_) return;
-  auto now = Clock::now();
+  auto now = now_();
   double elapsed = std::chrono::duration<double>(now - start_).count();
   if (elapsed < show_after_s_) return;
   if (drawn_ && now - last_draw_ < std::chrono::milliseconds(100) && done < total_) return;

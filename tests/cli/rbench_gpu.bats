@@ -57,7 +57,7 @@ assert_gpu_reason() {
   [[ -z "$output" ]]
   [[ $(printf '%s\n' "$stderr" | wc -l) -eq 5 ]] || fail "expected 5 stderr lines, got: $stderr"
   for s in $GPU_SUITES; do
-    line=$(grep -F "rbench: $s is unavailable: " <<<"$stderr") || fail "no line for $s: $stderr"
+    line=$(grep -F "rbench: warning: $s is unavailable: " <<<"$stderr") || fail "no line for $s: $stderr"
     assert_gpu_reason "$line"
   done
   [[ $(printf '%s\n' "$stderr" | tail -1) == "rbench: error: none of the suites asked for can run here"* ]]
@@ -71,7 +71,7 @@ assert_gpu_reason() {
     run --separate-stderr rbench run "$s" --quick
     assert_failure 69
     [[ $(printf '%s\n' "$stderr" | wc -l) -eq 2 ]] || fail "$s: expected 2 stderr lines, got: $stderr"
-    [[ "$stderr" == "rbench: $s is unavailable: "* ]]
+    [[ "$stderr" == "rbench: warning: $s is unavailable: "* ]]
   done
 }
 
@@ -80,7 +80,7 @@ assert_gpu_reason() {
   assert_success
   [[ $(jq -s 'length' <<<"$output") -eq 4 ]]
   jq -e -s 'all(.suite == "cpu.stream" and .correct)' <<<"$output"
-  line=$(grep -F "rbench: gpu.gemm is unavailable: " <<<"$stderr") || fail "gpu.gemm not named: $stderr"
+  line=$(grep -F "rbench: warning: gpu.gemm is unavailable: " <<<"$stderr") || fail "gpu.gemm not named: $stderr"
   assert_gpu_reason "$line"
   # -q drops the notice but not the run
   run --separate-stderr rbench run gpu.gemm cpu.stream --quick --reps 1 -q
@@ -151,7 +151,7 @@ assert_gpu_reason() {
   assert_line --regexp '^cpu\.stream +yes '
   run --separate-stderr rbench run gpu.gemm
   assert_failure 69
-  [[ "$stderr" == "rbench: gpu.gemm is unavailable: GPU plug-in not found: /nonexistent/rbench_gpu.so"* ]]
+  [[ "$stderr" == "rbench: warning: gpu.gemm is unavailable: GPU plug-in not found: /nonexistent/rbench_gpu.so"* ]]
 }
 
 @test "a plug-in whose CUDA libraries are missing: 'CUDA libraries not found' and the loader's first line" {

@@ -19,7 +19,6 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
-#include <iostream>
 #include <thread>
 
 #include "rkit/error.hpp"
@@ -627,55 +626,6 @@ TEST_F(CgroupV2Test, PidsAndMemoryWhereEnabled) {
   ASSERT_TRUE(status && WIFSIGNALED(*status));
   EXPECT_TRUE(cg.consume_oom_event());
   EXPECT_EQ(parse_single_value(file_in(cg, "pids.max")), 16u);
-}
-
-// Prints what confinement costs a job: create + enter + kill_all + remove, the calls
-// alone (the child times its enter_child()), as median and best of 100, so that other
-// load on the machine shows less; a measurement, not an assertion.
-TEST_F(CgroupTest, CostPerJob) {
-  using Ms = std::chrono::duration<double, std::milli>;
-  auto measure = [&](const CgroupLimits& lim) {
-    std::vector<double> total;
-    for (int i = 0; i < 100; ++i) {
-      int fds[2];
-      if (::pipe(fds) != 0) break;
-      const auto t0 = std::chrono::steady_clock::now();
-      JobCgroup cg = JobCgroup::create(parent_, "cost", lim);
-      const auto t1 = std::chrono::steady_clock::now();
-      const pid_t pid = ::fork();
-      if (pid == 0) {
-        const auto a = std::chrono::steady_clock::now();
-        const int err = cg.enter_child();
-        const double ms = Ms(std::chrono::steady_clock::now() - a).count();
-        ::_exit(::write(fds[1], &ms, sizeof ms) == sizeof ms && err == 0 ? 0 : 120);
-      }
-      ::close(fds[1]);
-      double enter_ms = 0;
-      EXPECT_EQ(::read(fds[0], &enter_ms, sizeof enter_ms), ssize_t(sizeof enter_ms));
-      ::close(fds[0]);
-      const auto status = wait_child(pid, 5s);
-      EXPECT_TRUE(status && WIFEXITED(*status) && WEXITSTATUS(*status) == 0);
-      const auto t2 = std::chrono::steady_clock::now();
-      EXPECT_TRUE(cg.kill_all(1s));
-      cg.remove();
-      const auto t3 = std::chrono::steady_clock::now();
-      total.push_back(Ms(t1 - t0).count() + enter_ms + Ms(t3 - t2).count());
-    }
-    std::sort(total.begin(), total.end());
-    return std::pair{total[total.size() / 2], total.front()};
-  };
-  CgroupLimits lim;
-  lim.cpus = {0};
-  lim.memory_bytes = 256 * kMiB;
-  lim.pids_max = 256;
-  CgroupLimits with_gpus = lim;
-  with_gpus.gpus = std::vector<int>{0};
-  const auto [median, best] = measure(lim);
-  const auto [median_gpus, best_gpus] = measure(with_gpus);
-  std::cout << "[ cost     ] create+enter+kill_all+remove per job: " << median << " ms median, " << best
-            << " ms best (cpuset, memory, pids); " << median_gpus << " ms median, " << best_gpus
-            << " ms best with GPUs hidden too\n";
-  RecordProperty("cgroup_ms_per_job", std::to_string(median));
 }
 
 }  // namespace

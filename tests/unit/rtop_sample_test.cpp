@@ -6,6 +6,7 @@
 #include <string>
 
 #include "rkit/error.hpp"
+#include "rkit/host.hpp"
 
 namespace rkit::rtop {
 namespace {
@@ -86,8 +87,8 @@ TEST(RtopSample, SamplerReadsThisMachine) {
   Sampler s;
   Json j = s.next(0.05);
   EXPECT_EQ(j["schema"], "rkit.sample.v1");
-  EXPECT_EQ(j["host"], host_name());
-  EXPECT_FALSE(host_name().empty());
+  EXPECT_EQ(j["host"], rkit::host_name());
+  EXPECT_FALSE(rkit::host_name().empty());
   double util = j["cpu_util"].get<double>();
   EXPECT_GE(util, 0.0);
   EXPECT_LE(util, 1.0);

@@ -1,12 +1,11 @@
 #include "gpu_plugin.hpp"
 
-#include <dlfcn.h>
-
 #include <cstdlib>
 #include <filesystem>
 #include <system_error>
 
 #include "rkit/error.hpp"
+#include "rkit/host.hpp"
 
 // tools/rbench/CMakeLists.txt defines RKIT_BENCH_GPU_PLUGIN_NAME ("rbench_gpu.so") and
 // RKIT_BENCH_GPU_PLUGIN_DIR ("../lib/rkit": where it is installed, relative to the
@@ -33,56 +32,22 @@ class UnavailableSuite : public Suite {
   std::string name_, description_, why_;
 };
 
-std::string first_line(const char* text) {
-  std::string s = text ? text : "unknown error";
-  return s.substr(0, s.find('\n'));
-}
-
-// Where the plug-in may be when $RKIT_BENCH_GPU_PLUGIN is not set: beside the executable,
-// then in the install tree; empty where /proc/self/exe cannot be read.
-std::vector<fs::path> default_locations() {
-  std::error_code ec;
-  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (ec) return {};
-  const fs::path dir = exe.parent_path();
-  return {dir / RKIT_BENCH_GPU_PLUGIN_NAME,
-          (dir / RKIT_BENCH_GPU_PLUGIN_DIR / RKIT_BENCH_GPU_PLUGIN_NAME).lexically_normal()};
-}
-
-// Loads the plug-in at `path`, a file that exists (RTLD_NOW: a symbol rbench lacks fails
-// here, not in the middle of a run); "" when loaded, else why not.
-std::string open_plugin(const fs::path& path) {
-  if (::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL)) return {};  // kept open for the process's life
-  const std::string err = first_line(::dlerror());
-  // A library the plug-in needs is missing when the error names another file than it.
-  if (err.find("cannot open shared object file") != std::string::npos && err.rfind(path.string(), 0) != 0)
-    return "CUDA libraries not found: " + err + " (loading " + path.string() + ")";
-  return "GPU plug-in " + path.string() + " does not load: " + err;
-}
-
 // Finds and loads the plug-in. Sets `loaded` to its path when it loaded; returns why not
 // otherwise.
 std::string find_and_open_plugin(fs::path& loaded) {
-  const char* env = std::getenv(kGpuPluginEnv);
-  const bool named = env && *env;
-  std::vector<fs::path> places;
-  std::error_code ec;
-  if (named)
-    places = {fs::absolute(env, ec)};  // absolute: dlopen must not search the library path
-  else if (RKIT_HAVE_CUDA)
-    places = default_locations();
-  else
-    return "built without CUDA (nvcc was not found, or -DRKIT_CUDA=OFF)";
-  for (const fs::path& path : places) {
-    if (!fs::exists(path, ec)) continue;
-    std::string why = open_plugin(path);
-    if (why.empty()) loaded = path;
-    return why;
+  const PluginPlaces places = plugin_places(kGpuPluginEnv, RKIT_BENCH_GPU_PLUGIN_NAME, RKIT_BENCH_GPU_PLUGIN_DIR);
+  if (!RKIT_HAVE_CUDA && !places.named) return "built without CUDA (nvcc was not found, or -DRKIT_CUDA=OFF)";
+  const Plugin p = load_plugin(places);
+  switch (p.failure) {
+    case Plugin::Failure::None: loaded = p.path; return {};
+    case Plugin::Failure::MissingDependency:
+      return "CUDA libraries not found: " + p.error + " (loading " + p.path.string() + ")";
+    case Plugin::Failure::Broken: return "GPU plug-in " + p.path.string() + " does not load: " + p.error;
+    case Plugin::Failure::NotFound: break;
   }
-  std::string looked;
-  for (const fs::path& path : places) looked += (looked.empty() ? "" : ", ") + path.string();
-  return "GPU plug-in not found: " + looked +
-         (named ? std::string(" (from ") + kGpuPluginEnv + ")" : std::string(" (") + kGpuPluginEnv + " names another)");
+  return "GPU plug-in " + p.error +
+         (places.named ? std::string(" (from ") + kGpuPluginEnv + ")"
+                       : std::string(" (") + kGpuPluginEnv + " names another)");
 }
 
 }  // namespace

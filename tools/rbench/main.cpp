@@ -208,7 +208,7 @@ int main(int argc, char** argv) {
     // Only comm.gloo reads --ranks, and one rank moves nothing.
     if (opt.ranks < 2 || opt.ranks > 64) usage_error(fmt::format("--ranks {} is not from 2 to 64", opt.ranks));
     auto unavailable = [&](const Suite& s, const std::string& why) {
-      if (!common.quiet) std::cerr << "rbench: " << s.name() << " is unavailable: " << why << '\n';
+      if (!common.quiet) warn("rbench", s.name() + " is unavailable: " + why, std::cerr);
     };
     std::vector<Suite*> runnable;
     for (Suite* s : select_suites(names)) {

@@ -1,14 +1,14 @@
 #include "record.hpp"
 
 #include <fmt/format.h>
-#include <sys/utsname.h>
-#include <unistd.h>
+#include <fmt/ranges.h>
 
 #include <chrono>
 #include <fstream>
 
 #include "rkit/cpus.hpp"
 #include "rkit/error.hpp"
+#include "rkit/host.hpp"
 #include "rkit/nvml.hpp"
 #include "rkit/version.hpp"
 #include "stats.hpp"
@@ -56,22 +56,17 @@ const Json& field(const Json& rec, const char* key, const std::string& where) {
 }  // namespace
 
 Json host_fingerprint() {
-  utsname u{};
-  uname(&u);
-  char host[256] = {};
-  gethostname(host, sizeof host - 1);
-  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  const std::uint64_t memory = physical_memory_bytes();
   auto [gpus, driver] = gpus_and_driver();
-  return Json{
-      {"hostname", host},
-      {"cpu_model", cpu_model()},
-      {"cores", physical_cores()},
-      {"hw_threads", usable_cpus()},
-      {"memory_bytes", pages > 0 && page > 0 ? Json(std::uint64_t(pages) * std::uint64_t(page)) : Json(nullptr)},
-      {"kernel", std::string(u.sysname) + " " + u.release},
-      {"gpus", gpus},
-      {"gpu_driver", driver},
-      {"rkit_version", std::string(kVersion) + " (git " + kGitRevision + ")"}};
+  return Json{{"hostname", host_name()},
+              {"cpu_model", cpu_model()},
+              {"cores", physical_cores()},
+              {"hw_threads", usable_cpus()},
+              {"memory_bytes", memory > 0 ? Json(memory) : Json(nullptr)},
+              {"kernel", kernel_name()},
+              {"gpus", gpus},
+              {"gpu_driver", driver},
+              {"rkit_version", std::string(kVersion) + " (git " + kGitRevision + ")"}};
 }
 
 bool higher_is_better(const std::string& unit) { return unit != "s" && unit != "ms" && unit != "us" && unit != "ns"; }
@@ -126,9 +121,8 @@ std::vector<Json> read_bench_records(const std::string& path) {
 
 void require_bench_records(const std::vector<std::string>& paths, std::size_t records) {
   if (records > 0) return;
-  std::string names;
-  for (const auto& p : paths) names += (names.empty() ? "" : ", ") + p;
-  throw Error(Exit::DataErr, names + ": no " + kRecordSchema + " records", "rbench run -o FILE writes them");
+  throw Error(Exit::DataErr, fmt::format("{}: no {} records", fmt::join(paths, ", "), kRecordSchema),
+              "rbench run -o FILE writes them");
 }
 
 std::string measurement_key(const Json& r) {

@@ -4,6 +4,7 @@
 #include "report.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cctype>
@@ -44,9 +45,7 @@ std::string base_name(const std::string& path) {
 }
 
 std::string join(const std::vector<std::string>& items, const std::string& sep) {
-  std::string out;
-  for (const auto& s : items) out += (out.empty() ? "" : sep) + s;
-  return out;
+  return fmt::format("{}", fmt::join(items, sep));
 }
 
 // Escaped text that may break after its underscores (own_sgemm_of_cublas), so that a

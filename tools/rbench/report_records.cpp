@@ -3,6 +3,7 @@
 #include "report_records.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cctype>
@@ -71,9 +72,9 @@ std::string param_text(const std::string& key, const Json& v) {
   if (is_list(v)) {
     if (v.size() > 1 && std::all_of(v.begin(), v.end(), [&](const Json& x) { return x == v.front(); }))
       return fmt::format("{} \u00d7 {}", v.size(), param_text(key, v.front()));
-    std::string out;
-    for (const auto& x : v) out += (out.empty() ? "" : ", ") + param_text(key, x);
-    return out;
+    std::vector<std::string> items;
+    for (const auto& x : v) items.push_back(param_text(key, x));
+    return fmt::format("{}", fmt::join(items, ", "));
   }
   if (v.is_structured()) return v.dump(-1, ' ', false, Json::error_handler_t::replace);
   return Printer::cell(v, "null");

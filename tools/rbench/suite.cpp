@@ -5,6 +5,8 @@
 #include "rkit/error.hpp"
 #include "rkit/interrupt.hpp"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <hwloc.h>
 
 #include <algorithm>
@@ -82,9 +84,9 @@ std::vector<Suite*> select_suites(const std::vector<std::string>& names) {
         found = true;
       }
     if (!found) {
-      std::string known;
-      for (Suite* s : all) known += (known.empty() ? "" : ", ") + s->name();
-      throw Error(Exit::Usage, "unknown suite '" + name + "' (known: " + known + ")");
+      std::vector<std::string> known;
+      for (Suite* s : all) known.push_back(s->name());
+      throw Error(Exit::Usage, fmt::format("unknown suite '{}' (known: {})", name, fmt::join(known, ", ")));
     }
   }
   return out;

@@ -20,6 +20,7 @@
 //     them the BilledCost adds up to the report's total_cost (cost + idle share),
 //     whichever way idle capacity is shared.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -123,9 +124,7 @@ struct Charge {
 class Writer {
  public:
   Writer(std::ostream& out, const std::string& currency) : out_(out), currency_(currency) {
-    std::string head;
-    for (const char* c : kColumns) head += (head.empty() ? "" : ",") + std::string(c);
-    out_ << head << '\n';
+    out_ << fmt::format("{}\n", fmt::join(kColumns, ","));
   }
   ~Writer() { flush(); }
 
@@ -224,23 +223,24 @@ std::unordered_map<std::uint32_t, ByHost> index_by_host(const Dataset& data) {
 Dataset host_dataset(const Dataset& data, const ByHost& host) {
   Dataset d;
   d.strings = data.strings;  // ids stay valid
+  // Appends `count` items of `from` at `at` to `to`; returns where they are in `to`.
+  auto copy_range = [](auto& to, const auto& from, std::uint32_t at, std::uint32_t count) {
+    const auto there = static_cast<std::uint32_t>(to.size());
+    to.insert(to.end(), from.begin() + at, from.begin() + at + count);
+    return there;
+  };
   for (std::uint32_t i : host.samples) {
     const Sample& s = data.samples[i];
     Sample c = s;
-    c.cpus_at = static_cast<std::uint32_t>(d.utils.size());
-    d.utils.insert(d.utils.end(), data.utils.begin() + s.cpus_at, data.utils.begin() + s.cpus_at + s.cpus_count);
-    c.gpus_at = static_cast<std::uint32_t>(d.gpu_utils.size());
-    d.gpu_utils.insert(d.gpu_utils.end(), data.gpu_utils.begin() + s.gpus_at,
-                       data.gpu_utils.begin() + s.gpus_at + s.gpus_count);
+    c.cpus_at = copy_range(d.utils, data.utils, s.cpus_at, s.cpus_count);
+    c.gpus_at = copy_range(d.gpu_utils, data.gpu_utils, s.gpus_at, s.gpus_count);
     d.samples.push_back(c);
   }
   for (std::uint32_t i : host.jobs) {
     const Job& j = data.jobs[i];
     Job c = j;
-    c.pus_at = static_cast<std::uint32_t>(d.units.size());
-    d.units.insert(d.units.end(), data.units.begin() + j.pus_at, data.units.begin() + j.pus_at + j.pus_count);
-    c.gpus_at = static_cast<std::uint32_t>(d.units.size());
-    d.units.insert(d.units.end(), data.units.begin() + j.gpus_at, data.units.begin() + j.gpus_at + j.gpus_count);
+    c.pus_at = copy_range(d.units, data.units, j.pus_at, j.pus_count);
+    c.gpus_at = copy_range(d.units, data.units, j.gpus_at, j.gpus_count);
     d.jobs.push_back(std::move(c));
   }
   return d;

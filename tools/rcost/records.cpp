@@ -1,6 +1,9 @@
 // File: tools/rcost/records.cpp — reading jobs, samples and sacct text (records.hpp).
 #include "records.hpp"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <cctype>
 #include <charconv>
@@ -106,9 +109,9 @@ SacctColumns sacct_columns(std::string_view header, const std::string& where) {
     else if (n == "NodeList")
       c.node_list = at;
   }
-  std::string missing;
+  std::vector<const char*> missing;
   auto need = [&](int col, const char* name) {
-    if (col < 0) missing += (missing.empty() ? "" : ",") + std::string(name);
+    if (col < 0) missing.push_back(name);
   };
   need(c.job_id, "JobID");
   need(c.user, "User");
@@ -120,7 +123,7 @@ SacctColumns sacct_columns(std::string_view header, const std::string& where) {
   need(c.alloc_tres, "AllocTRES");
   if (!missing.empty())
     throw Error(
-        Exit::DataErr, fmt::format("{}: sacct text lacks the field(s) {}", where, missing),
+        Exit::DataErr, fmt::format("{}: sacct text lacks the field(s) {}", where, fmt::join(missing, ",")),
         "use sacct -a -X -P --format=JobID,User,Account,Partition,State,Submit,Eligible,Start,End,AllocTRES,NodeList");
   return c;
 }

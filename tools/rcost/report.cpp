@@ -3,6 +3,7 @@
 #include "report.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <array>
@@ -52,9 +53,9 @@ std::vector<Key> parse_keys(const std::string& text) {
     const auto* it =
         std::find_if(std::begin(kKeyNames), std::end(kKeyNames), [&](auto& kn) { return word == kn.second; });
     if (it == std::end(kKeyNames)) {
-      std::string all;
-      for (auto [k, n] : kKeyNames) all += (all.empty() ? "" : ", ") + std::string(n);
-      usage_error(fmt::format("--by: unknown key \"{}\" (keys: {})", word, all));
+      std::vector<const char*> all;
+      for (auto [k, n] : kKeyNames) all.push_back(n);
+      usage_error(fmt::format("--by: unknown key \"{}\" (keys: {})", word, fmt::join(all, ", ")));
     }
     if (std::find(keys.begin(), keys.end(), it->first) != keys.end())
       usage_error(fmt::format("--by: \"{}\" given twice", word));

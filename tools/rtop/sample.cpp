@@ -9,6 +9,7 @@
 #include "rkit/cpus.hpp"
 #include "rkit/error.hpp"
 #include "rkit/file.hpp"
+#include "rkit/host.hpp"
 #include "rkit/units.hpp"
 
 namespace rkit::rtop {
@@ -48,12 +49,6 @@ double parse_sample_interval(const std::string& text) {
   return s;
 }
 
-std::string host_name() {
-  char name[256] = {};
-  if (::gethostname(name, sizeof name - 1) != 0) return {};
-  return name;
-}
-
 std::uint64_t meminfo_bytes(const std::string& text, const std::string& key) {
   // "MemTotal:       16318264 kB", at the start of a line.
   std::size_t pos = 0;
@@ -71,7 +66,7 @@ std::uint64_t meminfo_bytes(const std::string& text, const std::string& key) {
 }
 
 Sampler::Sampler(bool use_nvml) {
-  host_ = host_name();
+  host_ = rkit::host_name();
   cores_ = physical_cores();
   last_ = parse_proc_stat(read_file("/proc/stat"));
   last_time_ = deadline_ = std::chrono::steady_clock::now();

@@ -33,9 +33,6 @@ double utilisation(const CpuTimes& before, const CpuTimes& after);
 // The --interval text as seconds: a duration in (0, 1d]. Throws Error(Usage).
 double parse_sample_interval(const std::string& text);
 
-// This machine's host name (gethostname), as rkit.job.v1's "host" names it; "" if unknown.
-std::string host_name();
-
 // Memory from /proc/meminfo text: the value of `key` ("MemTotal") in bytes; 0 when absent.
 std::uint64_t meminfo_bytes(const std::string& text, const std::string& key);
 

@@ -1,54 +1,33 @@
 // make_device: the CPU device, or the CUDA one from the plug-in rtrain_cuda.so.
-#include <dlfcn.h>
 #include <fmt/format.h>
-
-#include <cstdlib>
-#include <filesystem>
 
 #include "device.hpp"
 #include "rkit/error.hpp"
+#include "rkit/host.hpp"
 
 namespace rkit::rtrain {
 
 std::unique_ptr<Device> make_cpu_device(int threads);  // cpu_device.cpp
 
-namespace {
-
-// Where the CUDA plug-in is: $RKIT_RTRAIN_CUDA_PLUGIN, else beside the executable
-// (the build tree), else ../lib/rkit/ from it (installed).
-std::vector<std::string> plugin_candidates() {
-  if (const char* env = std::getenv("RKIT_RTRAIN_CUDA_PLUGIN"); env && *env) return {env};
-  std::error_code ec;
-  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (ec) return {};
-  return {(exe.parent_path() / RKIT_RTRAIN_CUDA_PLUGIN_NAME).string(),
-          (exe.parent_path() / "../lib/rkit" / RKIT_RTRAIN_CUDA_PLUGIN_NAME).lexically_normal().string()};
-}
-
-}  // namespace
-
 std::unique_ptr<Device> make_device(const std::string& kind, int threads, int local_rank) {
   if (kind == "cpu") return make_cpu_device(threads);
   if (kind != "cuda") throw Error(Exit::Usage, fmt::format("unknown device '{}' (expected cpu or cuda)", kind));
+  // $RKIT_RTRAIN_CUDA_PLUGIN, else beside the executable (the build tree), else
+  // ../lib/rkit/ from it (installed).
+  const Plugin p = load_plugin(plugin_places("RKIT_RTRAIN_CUDA_PLUGIN", RKIT_RTRAIN_CUDA_PLUGIN_NAME, "../lib/rkit"));
   std::string why = fmt::format("rtrain was built without CUDA (no {})", RKIT_RTRAIN_CUDA_PLUGIN_NAME);
-  for (const std::string& path : plugin_candidates()) {
-    if (!std::filesystem::exists(path)) continue;
-    void* lib = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!lib) {
-      why = fmt::format("cannot load {}: {}", path, ::dlerror());
-      break;
-    }
+  if (p.failure == Plugin::Failure::None) {
     using Factory = Device* (*)(int local_rank, char* error, std::size_t error_size);
-    auto factory = reinterpret_cast<Factory>(::dlsym(lib, "rkit_rtrain_make_cuda_device"));
-    if (!factory) {
-      why = fmt::format("{} has no rkit_rtrain_make_cuda_device", path);
-      break;
-    }
+    auto factory = reinterpret_cast<Factory>(p.symbol("rkit_rtrain_make_cuda_device"));
+    if (!factory)
+      throw Error(Exit::Unavailable,
+                  fmt::format("--device cuda: {} has no rkit_rtrain_make_cuda_device", p.path.string()));
     char error[512] = {};
     Device* dev = factory(local_rank, error, sizeof error);
     if (!dev) throw Error(Exit::Unavailable, fmt::format("--device cuda: {}", error));
     return std::unique_ptr<Device>(dev);  // the library stays loaded for the process's life
   }
+  if (p.failure != Plugin::Failure::NotFound) why = fmt::format("cannot load {}: {}", p.path.string(), p.error);
   throw Error(Exit::Unavailable, "--device cuda: " + why);
 }
 

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <ostream>
 #include <string>
 
@@ -20,8 +21,10 @@ class Progress {
  public:
   // `enabled` is the tool's wish (false with -q); the bar still needs a terminal.
   Progress(std::string label, std::uint64_t total, bool enabled, double show_after_s = 2.0);
-  // For tests: draw on `out` as if it were a terminal.
-  Progress(std::string label, std::uint64_t total, std::ostream& out, double show_after_s);
+  using Clock = std::chrono::steady_clock;
+  // For tests: draw on `out` as if it were a terminal, with time read from `now`.
+  Progress(std::string label, std::uint64_t total, std::ostream& out, double show_after_s,
+           std::function<Clock::time_point()> now = Clock::now);
   ~Progress();
   Progress(const Progress&) = delete;
   Progress& operator=(const Progress&) = delete;
@@ -37,7 +40,8 @@ class Progress {
   std::uint64_t total_;
   std::ostream* out_ = nullptr;
   double show_after_s_;
-  std::chrono::steady_clock::time_point start_, last_draw_;
+  std::function<Clock::time_point()> now_ = Clock::now;
+  Clock::time_point start_, last_draw_;
   bool drawn_ = false;
 };
 
