@@ -1,6 +1,7 @@
+// File: rckpt/pack.cpp — packing a checkpoint directory into an .rkpt archive (pack.hpp): the
+// walk, the tar layout through libarchive, and the frames hashed and compressed in parallel.
 #include "pack.hpp"
 
-#define ZSTD_STATIC_LINKING_ONLY  // ZSTD_estimateCCtxSize_usingCParams, for the memory budget
 #include <archive.h>
 #include <archive_entry.h>
 #include <dirent.h>
@@ -9,7 +10,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
-#include <zstd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -23,7 +23,6 @@
 #include "rkit/atomic_file.hpp"
 #include "rkit/ckpt/archive.hpp"
 #include "rkit/ckpt/frame_codec.hpp"
-#include "rkit/cpus.hpp"
 #include "rkit/error.hpp"
 #include "rkit/file.hpp"
 #include "rkit/interrupt.hpp"
@@ -42,8 +41,6 @@ namespace fs = std::filesystem;
 constexpr int kMaxLevel = 19;
 // Tensor frames are read, hashed and shuffled this much at a time (fits in L2).
 constexpr std::uint64_t kChunkBytes = std::uint64_t{256} << 10;
-// Tensors smaller than frame_bytes / kSmallTensorDivisor share frames.
-constexpr std::uint64_t kSmallTensorDivisor = 8;
 
 struct Identity {
   dev_t dev;
@@ -288,61 +285,6 @@ Error changed(const std::string& path) {
 }
 
 }  // namespace
-
-unsigned pack_threads(unsigned requested, std::uint64_t frame_bytes, int level) {
-  unsigned threads = requested ? requested : usable_cpus();
-  ZSTD_compressionParameters params = ZSTD_getCParams(level, frame_bytes, 0);
-  std::uint64_t context = ZSTD_estimateCCtxSize_usingCParams(params);
-  std::uint64_t bound = ZSTD_compressBound(frame_bytes);
-  // Each worker: raw + shuffled copies and a zstd context; each result in flight: one compressed copy.
-  std::uint64_t per_worker = 2 * frame_bytes + 2 * context + bound;  // two contexts: plain and tensor
-  std::uint64_t fit = kMemoryBudget > 2 * bound ? (kMemoryBudget - 2 * bound) / per_worker : 1;
-  return static_cast<unsigned>(std::clamp<std::uint64_t>(fit, 1, threads));
-}
-
-std::vector<FramePlan> plan_frames(std::uint64_t file_bytes, const std::vector<TensorRecord>& tensors,
-                                   std::uint64_t frame_bytes, bool shuffle) {
-  std::vector<FramePlan> plan;
-  // Cuts [begin, end) into frames of whole elements.
-  auto add_region = [&](std::uint64_t begin, std::uint64_t end, std::uint32_t elem) {
-    std::uint64_t cap = std::max<std::uint64_t>(elem, frame_bytes - frame_bytes % elem);
-    for (std::uint64_t at = begin; at < end; at += cap) plan.push_back({at, std::min(cap, end - at), elem});
-  };
-  std::vector<const TensorRecord*> sorted;
-  for (const auto& t : tensors)
-    if (t.bytes > 0) sorted.push_back(&t);
-  std::sort(sorted.begin(), sorted.end(), [](auto* a, auto* b) { return a->offset < b->offset; });
-
-  std::uint64_t at = 0;
-  // A group of small tensors of one element size waiting to fill a frame.
-  std::uint64_t group_begin = 0, group_end = 0;
-  std::uint32_t group_elem = 0;
-  auto flush = [&] {
-    if (group_end > group_begin) add_region(group_begin, group_end, group_elem);
-    group_begin = group_end = at;
-  };
-  for (const TensorRecord* t : sorted) {
-    if (t->offset < at) continue;  // overlapping tensors: already covered
-    auto dtype = safetensors::parse_dtype(t->dtype);
-    std::uint32_t elem = shuffle && dtype ? static_cast<std::uint32_t>(safetensors::dtype_size(*dtype)) : 1;
-    if (t->offset > at) {  // the header, or bytes no tensor claims
-      flush();
-      add_region(at, t->offset, 1);
-      at = group_begin = group_end = t->offset;
-    }
-    bool small = t->bytes < frame_bytes / kSmallTensorDivisor;
-    if (!small || elem != group_elem || group_end - group_begin + t->bytes > frame_bytes) {
-      flush();
-      group_elem = elem;
-    }
-    group_end = at = t->offset + t->bytes;
-    if (!small) flush();
-  }
-  flush();
-  if (at < file_bytes) add_region(at, file_bytes, 1);
-  return plan;
-}
-
 Json PackResult::to_json() const {
   Json j;
   j["schema"] = "rkit.ckpt.pack.v1";
