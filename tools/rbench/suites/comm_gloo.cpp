@@ -5,31 +5,31 @@
 // reduce_scatter and broadcast over a sweep of sizes (comm_gloo_rank.cpp). Rank 0
 // streams its results back on a pipe; the parent watches every rank, and on an error,
 // Ctrl-C or a stall kills and reaps them all (a rank also dies with the parent:
-// PR_SET_PDEATHSIG). This file is the suite: options, starting and watching the ranks,
-// and rank 0's rows as results.
+// PR_SET_PDEATHSIG). This file is the suite: options, starting and watching the ranks
+// (an rkit::WorkerGroup, whose rule names the rank that caused a failure), and rank 0's
+// rows as results.
 #include <fmt/format.h>
-#include <poll.h>
 #include <stdlib.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <climits>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <optional>
-#include <thread>
 
 #include "comm_gloo.hpp"
 #include "rkit/error.hpp"
 #include "rkit/gloo.hpp"
+#include "rkit/host.hpp"
 #include "rkit/interrupt.hpp"
 #include "rkit/process.hpp"
 #include "rkit/units.hpp"
+#include "rkit/workers.hpp"
 #include "suite.hpp"
 
 namespace rkit::rbench::comm {
@@ -40,6 +40,9 @@ using Clock = std::chrono::steady_clock;
 
 constexpr unsigned kMaxRanks = 64;
 constexpr std::uint64_t kMaxBytes = 1ull << 30;
+// After a rank fails, how long the others may end of it before they are killed, so that
+// the cause (say, a rank the OOM killer took) is told apart from its effects.
+constexpr double kSettle_s = 0.25;
 
 // A private directory for the rendezvous and the ranks' logs, removed with everything in it.
 class TempDir {
@@ -95,14 +98,6 @@ std::chrono::milliseconds timeout_asked() {
   return std::chrono::milliseconds(static_cast<long long>(s * 1000));
 }
 
-std::string self_exe() {
-  std::string path(PATH_MAX, '\0');
-  ssize_t n = ::readlink("/proc/self/exe", path.data(), path.size());
-  if (n <= 0) throw system_error("comm.gloo: cannot find rbench's own executable (/proc/self/exe)", errno);
-  path.resize(static_cast<std::size_t>(n));
-  return path;
-}
-
 // The last line a rank wrote on stderr (its error), without rbench's prefix.
 std::string last_log_line(const std::string& path) {
   std::ifstream in(path);
@@ -114,37 +109,25 @@ std::string last_log_line(const std::string& path) {
   return last;
 }
 
-struct Rank {
-  Child child;
-  std::string log;
-  std::optional<ExitStatus> status;
-  int failed_at = -1;  // the watch loop's round that saw it fail: the earliest failure is the cause
-};
-
 // A signal that means the rank crashed (a bug: 70), rather than that something outside
 // killed it (the OOM killer, an administrator: 75, a run to retry).
 bool crash_signal(int sig) {
   return sig == SIGSEGV || sig == SIGBUS || sig == SIGILL || sig == SIGFPE || sig == SIGABRT || sig == SIGSYS;
 }
 
-// The error for the ranks that failed: the cause is a rank killed by a signal (what
-// the others then fail of), else the first seen to fail, else the lowest.
-[[noreturn]] void fail(const std::vector<Rank>& ranks) {
-  const Rank* cause = nullptr;
-  std::size_t which = 0;
-  auto better = [](const Rank& a, const Rank& b) {
-    if (a.status->signaled() != b.status->signaled()) return a.status->signaled();
-    return a.failed_at < b.failed_at;
-  };
-  for (std::size_t r = 0; r < ranks.size(); ++r)
-    if (ranks[r].failed_at >= 0 && (!cause || better(ranks[r], *cause))) cause = &ranks[r], which = r;
-  if (!cause) throw Error(Exit::Software, "comm.gloo: a rank failed");
+// The error for the ranks that failed: the group's root cause (rkit/workers.hpp: a rank
+// killed by a signal, what the others then fail of, else the first seen to fail, else
+// the lowest), with the last line of its log.
+[[noreturn]] void fail(const WorkerGroup& ranks, const std::vector<std::string>& logs) {
+  const std::optional<RootCause> cause = ranks.root_cause();
+  if (!cause || !cause->status) throw Error(Exit::Software, "comm.gloo: a rank failed");
+  const std::size_t which = cause->worker;
   const ExitStatus& st = *cause->status;
   if (st.signaled())
     throw Error(crash_signal(st.signal()) ? Exit::Software : Exit::TempFail,
-                fmt::format("comm.gloo: rank {} (pid {}) was {}", which, cause->child.pid(), st.describe()),
+                fmt::format("comm.gloo: rank {} (pid {}) was {}", which, ranks.worker(which).pid, st.describe()),
                 st.signal() == SIGKILL ? "out of memory? each rank holds up to 1.5x the largest size" : "");
-  std::string why = last_log_line(cause->log);
+  std::string why = last_log_line(logs[which]);
   const int code = st.code();
   const Exit exit = code >= 64 && code <= 78 ? static_cast<Exit>(code) : Exit::Software;
   throw Error(exit,
@@ -183,82 +166,53 @@ class CommGloo : public Suite {
     TempDir dir;  // declared first: removed after the ranks are reaped
     plan.store_dir = dir.path() + "/store";
     std::filesystem::create_directory(plan.store_dir);
-    const std::string exe = self_exe();
-    std::vector<Rank> ranks;
-    ranks.reserve(plan.ranks);
+    const std::filesystem::path exe = self_exe();
+    if (exe.empty()) throw Error(Exit::Software, "comm.gloo: cannot find rbench's own executable (/proc/self/exe)");
+    // Started and watched together; a failure is settled for kSettle_s, then the group
+    // stops and the rest are killed (the destructor: SIGKILL, reaped) on the way out.
+    WorkerGroup ranks(WorkerGroupOptions{.grace_s = 0, .settle_s = kSettle_s, .forward = nullptr});
+    std::vector<std::string> logs;
     for (unsigned r = 0; r < plan.ranks; ++r) {
       plan.rank = r;
       SpawnOptions so;
-      so.argv = {exe, kWorkerCommand, name(), "parent=" + std::to_string(::getpid())};
+      so.argv = {exe.string(), kWorkerCommand, name(), "parent=" + std::to_string(::getpid())};
       for (auto& a : plan_to_args(plan)) so.argv.push_back(std::move(a));
       so.in = Redirect::null();
       so.out = r == 0 ? Redirect::pipe() : Redirect::null();
-      std::string log = fmt::format("{}/rank-{}.log", dir.path(), r);
-      so.err = Redirect::file(log);
-      ranks.push_back(Rank{Child::spawn(so), log, std::nullopt, -1});
+      logs.push_back(fmt::format("{}/rank-{}.log", dir.path(), r));
+      so.err = Redirect::file(logs.back());
+      ranks.spawn(so);
     }
 
-    // Rank 0's lines until it closes its end; every round also looks at every rank.
+    // Rank 0's lines until it closes its end, then the others' exits; a stall of rank 0,
+    // or ranks that outlive it, end the run.
     const double stall_s = 2.0 * std::chrono::duration<double>(plan.timeout).count() + 10;
+    const auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
     std::vector<Measurement> out;
     std::string pending;
-    const int fd = ranks[0].child.stdout_fd();
     auto last_line = Clock::now();
-    bool eof = false;
-    int round = 0;
-    auto look_at_ranks = [&]() {
-      bool any_failed = false;
-      for (Rank& rk : ranks) {
-        if (!rk.status) rk.status = rk.child.try_wait();
-        if (rk.status && !rk.status->success() && rk.failed_at < 0) rk.failed_at = round;
-        any_failed |= rk.failed_at >= 0;
-      }
-      if (any_failed) {
-        // Let the others end of it for a moment, so that the cause is told apart from its effects.
-        for (int i = 0; i < 5; ++i) {
-          ++round;
-          std::this_thread::sleep_for(std::chrono::milliseconds(50));
-          for (Rank& rk : ranks) {
-            if (!rk.status) rk.status = rk.child.try_wait();
-            if (rk.status && !rk.status->success() && rk.failed_at < 0) rk.failed_at = round;
-          }
-        }
-        fail(ranks);  // ranks' destructors kill and reap the rest
-      }
-    };
-    while (!eof) {
+    std::optional<Clock::time_point> eof;  // when rank 0 closed its end
+    while (!eof || ranks.running()) {
       check_interrupted();
-      pollfd p{fd, POLLIN, 0};
-      int n = ::poll(&p, 1, 100);
-      if (n < 0 && errno != EINTR) throw system_error("comm.gloo: poll", errno);
-      if (n > 0) {
-        char buf[8192];
-        ssize_t got = ::read(fd, buf, sizeof buf);
-        if (got < 0 && errno != EINTR && errno != EAGAIN) throw system_error("comm.gloo: reading rank 0", errno);
-        if (got == 0) eof = true;
-        if (got > 0) {
-          pending.append(buf, static_cast<std::size_t>(got));
-          last_line = Clock::now();
-          for (std::size_t nl; (nl = pending.find('\n')) != std::string::npos; pending.erase(0, nl + 1))
-            handle_line(pending.substr(0, nl), plan, progress, out);
+      for (const WorkerEvent& e : ranks.wait(0.1)) {
+        if (e.kind != WorkerEvent::Kind::Output || e.worker != 0) continue;
+        if (e.data.empty()) {
+          eof = Clock::now();
+          continue;
         }
+        pending += e.data;
+        last_line = Clock::now();
+        for (std::size_t nl; (nl = pending.find('\n')) != std::string::npos; pending.erase(0, nl + 1))
+          handle_line(pending.substr(0, nl), plan, progress, out);
       }
-      ++round;
-      look_at_ranks();
-      if (std::chrono::duration<double>(Clock::now() - last_line).count() > stall_s)
+      if (ranks.stopping()) fail(ranks, logs);  // a failure, settled
+      if (!eof && since(last_line) > stall_s)
         throw Error(Exit::TempFail, fmt::format("comm.gloo: no progress from rank 0 for {:.0f} s", stall_s),
                     "raise RKIT_BENCH_GLOO_TIMEOUT for a slow or crowded machine");
+      if (eof && ranks.running() && since(*eof) > stall_s)
+        throw Error(Exit::TempFail, "comm.gloo: ranks did not exit after rank 0 finished");
     }
-    // Rank 0 is done; the others end right after it.
-    const auto deadline = Clock::now() + std::chrono::duration<double>(stall_s);
-    for (;;) {
-      check_interrupted();
-      ++round;
-      look_at_ranks();
-      if (std::all_of(ranks.begin(), ranks.end(), [](const Rank& rk) { return rk.status.has_value(); })) break;
-      if (Clock::now() > deadline) throw Error(Exit::TempFail, "comm.gloo: ranks did not exit after rank 0 finished");
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
+    if (ranks.failed()) fail(ranks, logs);  // all ended before the settle was over
     if (out.size() != expected_rows)
       throw Error(Exit::Software,
                   fmt::format("comm.gloo: rank 0 ended after {} of {} results", out.size(), expected_rows));

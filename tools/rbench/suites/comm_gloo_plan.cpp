@@ -1,6 +1,9 @@
 // comm.gloo's plan as worker arguments (comm_gloo.hpp): `rbench _worker comm.gloo
 // parent=PID rank=1 ranks=2 store=DIR warmup=1 reps=5 timeout_ms=60000
 // collectives=allreduce,... sizes=16,64,...`, and back.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <stdexcept>
 
 #include "comm_gloo.hpp"
@@ -38,10 +41,10 @@ std::uint64_t worker_number(const std::string& key, const std::string& text) {
 }
 
 std::vector<std::string> plan_to_args(const RankPlan& plan) {
-  std::string collectives, sizes;
-  for (Collective c : plan.collectives)
-    collectives += (collectives.empty() ? "" : ",") + std::string(collective_name(c));
-  for (std::uint64_t b : plan.sizes) sizes += (sizes.empty() ? "" : ",") + std::to_string(b);
+  std::vector<const char*> names;
+  for (Collective c : plan.collectives) names.push_back(collective_name(c));
+  const std::string collectives = fmt::format("{}", fmt::join(names, ","));
+  const std::string sizes = fmt::format("{}", fmt::join(plan.sizes, ","));
   return {"rank=" + std::to_string(plan.rank), "ranks=" + std::to_string(plan.ranks),
           "store=" + plan.store_dir,           "warmup=" + std::to_string(plan.warmup),
           "reps=" + std::to_string(plan.reps), "timeout_ms=" + std::to_string(plan.timeout.count()),
