@@ -23,6 +23,25 @@ daemon_pid() {
   cat "$file"
 }
 
+# The scheduling passes the daemon has completed since it started (rsub status --json).
+daemon_passes() {
+  rsub status --json | jq -e -s 'map(select(.backend == "*"))[0].daemon_passes | numbers'
+}
+
+# Waits (at most 10 s) for a whole scheduling pass that starts after this call: two more
+# passes completed than now, since the one under way now may have started before.
+wait_daemon_pass() {
+  local n want
+  n=$(daemon_passes) || { echo "rsub status --json: no daemon_passes" >&2; return 1; }
+  want=$((n + 2))
+  for _ in $(seq 100); do
+    n=$(daemon_passes) && ((n >= want)) && return 0
+    sleep 0.1
+  done
+  echo "the daemon completed $n passes, not $want, within 10 s" >&2
+  return 1
+}
+
 # The pid of the daemon's launcher of supervisors (started with the first job): the
 # daemon's child of that command line (its supervisors, forked, have it too).
 launcher_pid() {
@@ -162,7 +181,7 @@ launcher_pid() {
   id=$(rsub --hold -- echo held)
   run rsub show "$id" --json
   echo "$output" | jq -e '.state == "PENDING" and .held and .reason == "JobHeldUser"'
-  sleep 1.2  # a daemon pass: still held
+  wait_daemon_pass  # still held after a pass
   wait_state "$id" PENDING
   rsub release "$id"
   run rsub wait "$id"
@@ -229,7 +248,7 @@ launcher_pid() {
   first=$(rsub -g 1 --time 1m -- sleep 30)
   wait_state "$first" RUNNING
   second=$(rsub -g 1 -- true)
-  sleep 1.2
+  wait_daemon_pass
   run rsub why "$second"
   assert_success
   assert_line --index 0 "job $second: PENDING (Resources)"
@@ -241,6 +260,10 @@ launcher_pid() {
                                           and (.waits_for | map(tostring) | index($f)) != null and .position == 1'
   run rsub status --json
   echo "$output" | jq -e -s 'map(select(.tenant == "*"))[0] | .running == 1 and .pending == 1 and .gpus_in_use == 1 and .gpus_total == 1'
+  # The daemon's passes: on the total row alone, and they go on.
+  echo "$output" | jq -e -s 'map(select(.tenant == "*"))[0].daemon_passes >= 1 and
+                             all(.[] | select(.tenant != "*"); .daemon_passes == null)'
+  wait_daemon_pass
   run -0 rsub status
   assert_line --regexp '^machine: 2 cores, 1 GPUs$'
   rsub cancel "$first"
@@ -271,7 +294,7 @@ launcher_pid() {
   endless=$(rsub -c 1 -- true)      # no limit: would delay the wide job
   run rsub wait --timeout 20s "$short"  # 75 if it were not backfilled
   assert_success
-  sleep 1.2
+  wait_daemon_pass
   rsub show "$wide" --json | jq -e '.state == "PENDING" and .reason == "Resources"'
   rsub show "$endless" --json | jq -e '.state == "PENDING" and .reason == "Priority"'
   rsub cancel "$running"
@@ -389,7 +412,7 @@ launcher_pid() {
   wait_state "$id" LOST
   run rsub wait "$id"
   assert_failure 1
-  sleep 1.2
+  wait_daemon_pass
   [[ $(wc -l < ran) -eq 2 ]]  # started once
   for pid in $(cat ran); do  # the task and its child are gone
     for _ in $(seq 20); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done

@@ -33,6 +33,18 @@ Machine four_cores() {
   return m;
 }
 
+// The times of the events a test stores: a fixed epoch, then one second later at each
+// call. (The passes themselves, dry_pass and pass_after, schedule at the real clock's now,
+// as the daemon does: to them these events are long past.)
+class TestClock {
+ public:
+  double operator()() { return kEpoch + static_cast<double>(++ticks_); }
+
+ private:
+  static constexpr double kEpoch = 1'700'000'000;
+  std::int64_t ticks_ = 0;
+};
+
 // The plan's every fact a pass acts on or shows, as text, in job order.
 std::string describe(SchedPlan plan) {
   std::sort(plan.verdicts.begin(), plan.verdicts.end(),
@@ -50,25 +62,26 @@ TEST(RsubDaemon, PassAfterChangesIsTheFreshPass) {
   settings.dir = dir.path() + "/rsub";
   const Submitter alice{"alice", 1000};
   const Machine machine = four_cores();
+  TestClock tick;
   std::vector<std::int64_t> ids;
   {
     Store store(settings.dir);
-    for (int i = 0; i < 12; ++i) ids.push_back(store.submit(job(i % 2 ? "a" : "b", 1 + i % 3), alice, now_s()).front());
+    for (int i = 0; i < 12; ++i) ids.push_back(store.submit(job(i % 2 ? "a" : "b", 1 + i % 3), alice, tick()).front());
   }
   Store store(settings.dir);
   std::int64_t late = 0;
   const SchedPlan incremental = pass_after(settings, machine, [&] {
-    store.set_held(ids[0], true);            // held
-    store.cancel(ids[1], "alice", now_s());  // ended while pending
+    store.set_held(ids[0], true);           // held
+    store.cancel(ids[1], "alice", tick());  // ended while pending
     store.set_held(ids[2], true);
-    store.set_held(ids[2], false);                                                   // held and released
-    ASSERT_TRUE(store.start_attempt(ids[3], {{{0}, {0}, {}, 0}}, "host", now_s()));  // now running
-    ASSERT_TRUE(store.start_attempt(ids[4], {{{1}, {1}, {}, 0}}, "host", now_s()));
+    store.set_held(ids[2], false);                                                  // held and released
+    ASSERT_TRUE(store.start_attempt(ids[3], {{{0}, {0}, {}, 0}}, "host", tick()));  // now running
+    ASSERT_TRUE(store.start_attempt(ids[4], {{{1}, {1}, {}, 0}}, "host", tick()));
     AttemptEnd end;
     end.exit_code = 0;
-    end.end_s = now_s();
-    store.end_attempt(ids[4], 1, end);                      // started and ended
-    late = store.submit(job("c"), alice, now_s()).front();  // submitted meanwhile
+    end.end_s = tick();
+    store.end_attempt(ids[4], 1, end);                     // started and ended
+    late = store.submit(job("c"), alice, tick()).front();  // submitted meanwhile
   });
   const SchedPlan fresh = dry_pass(settings, machine);
   EXPECT_EQ(describe(incremental), describe(fresh));

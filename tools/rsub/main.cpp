@@ -8,6 +8,7 @@
 #include <chrono>
 #include <climits>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <string_view>
 
@@ -16,6 +17,7 @@
 #include "rkit/cli.hpp"
 #include "rkit/error.hpp"
 #include "rkit/file.hpp"
+#include "rkit/host.hpp"
 #include "rkit/units.hpp"
 
 namespace {
@@ -96,10 +98,10 @@ int call_daemon(const rkit::rsub::Settings& settings, const std::string& exe, co
   return exchange(conn.get(), request);
 }
 
-std::string self_exe() {
-  char buf[PATH_MAX];
-  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-  return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : "rsub";
+// This program, for the daemon to run: its own path, else "rsub" from PATH.
+std::string rsub_exe() {
+  const std::filesystem::path exe = rkit::self_exe();
+  return exe.empty() ? std::string("rsub") : exe.string();
 }
 
 }  // namespace
@@ -209,7 +211,7 @@ int main(int argc, char** argv) {
       if (!foreground && !once) {
         if (settings.shared())
           usage_error("a shared daemon is started by its service manager: rsub daemon --foreground");
-        start_daemon(self_exe(), tool.config().path, settings.dir);
+        start_daemon(rsub_exe(), tool.config().path, settings.dir);
         return 0;
       }
       run_daemon(settings, {once});
@@ -267,6 +269,6 @@ int main(int argc, char** argv) {
     if (::getcwd(cwd, sizeof cwd)) request["cwd"] = bytes_json(cwd);
     // Ids and names that are not UTF-8 go with U+FFFD for their bad bytes (no job has
     // them); paths and what a job runs with go as bytes_json.
-    return call_daemon(settings, self_exe(), tool.config().path, to_json_line(request));
+    return call_daemon(settings, rsub_exe(), tool.config().path, to_json_line(request));
   });
 }

@@ -3,6 +3,7 @@
 #include "backends/backend.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -36,9 +37,10 @@ std::shared_ptr<const BackendConfig> parse_backend(const Config& c, const std::s
   const auto& kinds = backend_kinds();
   const auto kind = std::find_if(kinds.begin(), kinds.end(), [&](const BackendKind& k) { return kind_name == k.name; });
   if (kind == kinds.end()) {
-    std::string names;
-    for (const auto& k : kinds) names += fmt::format("{}\"{}\"", names.empty() ? "" : " or ", k.name);
-    throw Error(Exit::Config, fmt::format("{}: {}.kind must be {}", c.where(key + ".kind"), key, names));
+    std::vector<std::string> names;
+    for (const auto& k : kinds) names.push_back(fmt::format("\"{}\"", k.name));
+    throw Error(Exit::Config,
+                fmt::format("{}: {}.kind must be {}", c.where(key + ".kind"), key, fmt::join(names, " or ")));
   }
   static const std::vector<std::string> common{"kind", "log_dir", "refresh", "submit_retry", "assumed_wait"};
   for (const auto& [k, _] : *c.get_table(key)) {
@@ -65,9 +67,11 @@ std::unique_ptr<Backend> open_backend(const Context& ctx, const std::string& nam
     if (::geteuid() == 0 && ctx.me.uid != 0) run_as = ctx.me.uid;
     return config->open(run_as);
   }
-  std::string known;
-  for (const auto& b : ctx.settings.backends) known += b->name + ", ";
-  throw Error(Exit::Usage, fmt::format("backend \"{}\" is not configured (configured: {}and auto)", name, known),
+  std::vector<std::string> known;
+  for (const auto& b : ctx.settings.backends) known.push_back(b->name);
+  known.push_back("and auto");
+  throw Error(Exit::Usage,
+              fmt::format("backend \"{}\" is not configured (configured: {})", name, fmt::join(known, ", ")),
               "backends are [rsub.backends.NAME] tables of the configuration (rsub(1), BACKENDS)");
 }
 

@@ -2,6 +2,7 @@
 // this machine (sched.hpp) and supervises (daemon.hpp). The store is its queue: the
 // commands write a job's row and wake the daemon, which starts and ends it.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <tuple>
 
@@ -128,12 +129,12 @@ class LocalBackend final : public Backend {
                                 c.weight_age, v.priority.priority, c.weight_priority));
     if (v.position > 0) lines.push_back(fmt::format("position {} of {} pending", v.position, x.pending));
     if (!v.waits_for.empty()) {
-      std::string ids;
+      std::vector<std::string> ids;
       for (auto w : v.waits_for) {
         const auto other = ctx.store().job(w);
-        ids += (ids.empty() ? "" : ", ") + (other ? other->display_id() : std::to_string(w));
+        ids.push_back(other ? other->display_id() : std::to_string(w));
       }
-      lines.push_back("must finish first: " + ids);
+      lines.push_back(fmt::format("must finish first: {}", fmt::join(ids, ", ")));
     }
   }
 

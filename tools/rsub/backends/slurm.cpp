@@ -1,6 +1,7 @@
 // File: rsub/backends/slurm.cpp — the Slurm backend (remote.hpp): the job spec as an sbatch
 // script whose tasks start under srun, states from sacct, control with scancel/scontrol.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -58,11 +59,7 @@ std::string slurm_reason_text(std::string_view reason) {
 std::string base_id(std::string_view id) { return std::string(id.substr(0, id.find('_'))); }
 
 // "12,13": Slurm's job lists, each id once.
-std::string comma_list(const std::set<std::string>& ids) {
-  std::string out;
-  for (const auto& id : ids) out += (out.empty() ? "" : ",") + id;
-  return out;
-}
+std::string comma_list(const std::set<std::string>& ids) { return fmt::format("{}", fmt::join(ids, ",")); }
 
 // What Slurm's commands print, as rsub reads it: the one place their messages are
 // matched (rsub's own errors are typed: BackendUnreachable, SubmitUnconfirmed). Each
@@ -411,9 +408,8 @@ std::string slurm_script(const JobSpec& spec, const RemoteDeps& deps, const Slur
   if (!qos.empty()) opt("--qos=" + sbatch_value(c, "QOS", qos));
   if (!account.empty()) opt("--account=" + sbatch_value(c, "account", account));
   if (spec.array) {
-    std::string indices;
-    for (int i : spec.array->indices) indices += (indices.empty() ? "" : ",") + std::to_string(i);
-    opt("--array=" + indices + (spec.array->max_concurrent > 0 ? fmt::format("%{}", spec.array->max_concurrent) : ""));
+    opt(fmt::format("--array={}", fmt::join(spec.array->indices, ",")) +
+        (spec.array->max_concurrent > 0 ? fmt::format("%{}", spec.array->max_concurrent) : ""));
   }
   if (!deps.empty()) {
     std::string list;
@@ -461,9 +457,7 @@ std::string slurm_script(const JobSpec& spec, const RemoteDeps& deps, const Slur
   std::set<int> retry(spec.retry.on_exit_codes.begin(), spec.retry.on_exit_codes.end());
   for (int sig : spec.retry.on_signals) retry.insert(128 + sig);
   if (spec.retry.max_attempts > 1 && !retry.empty()) {
-    std::string codes;
-    for (int code : retry) codes += fmt::format("{} ", code);
-    s += fmt::format("case \" {}\" in *\" $rc \"*)\n", codes);
+    s += fmt::format("case \" {} \" in *\" $rc \"*)\n", fmt::join(retry, " "));
     s += fmt::format(
         "  if [ \"${{SLURM_RESTART_COUNT:-0}}\" -lt {} ] && scontrol requeue \"$SLURM_JOB_ID\"; then exit 0; fi;;\n",
         spec.retry.max_attempts - 1);

@@ -1,5 +1,6 @@
 // File: rsub/commands/auto.cpp — where --backend auto sends a job (commands.hpp, place_job).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <filesystem>
 
@@ -80,9 +81,8 @@ Placement place_job(Context& ctx, const JobSpec& spec) {
   }
   if (!p.backend.empty()) return p;
   if (local.fit == Offer::Never) {
-    std::string all;
-    for (const auto& line : p.considered) all += (all.empty() ? "" : "; ") + line;
-    throw Error(Exit::Unavailable, "--backend auto: no backend can take the job", all);
+    throw Error(Exit::Unavailable, "--backend auto: no backend can take the job",
+                fmt::format("{}", fmt::join(p.considered, "; ")));
   }
   p.backend = "local";
   p.reason = "no remote backend qualifies, so it waits locally (" + local.why + ")";

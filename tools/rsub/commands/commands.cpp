@@ -336,6 +336,7 @@ int status(Context& ctx) {
   std::map<std::pair<std::string, std::string>, Row> rows;  // (backend, tenant)
   Row total;
   const double now = now_s();
+  const Json passes = ctx.passes ? Json(ctx.passes()) : Json(nullptr);  // before the jobs are read
   store.each_job({}, [&](const JobRecord& j) {
     for (Row* r : {&rows[{j.backend, j.spec.tenant}], &total}) {
       if (j.state == JobState::Pending) {
@@ -368,7 +369,8 @@ int status(Context& ctx) {
                 {"gpus_in_use", r.gpus},
                 {"cpus_total", total("cpus")},
                 {"gpus_total", total("gpus")},
-                {"oldest_pending_s", std::isfinite(r.oldest_submit) ? Json(now - r.oldest_submit) : Json(nullptr)}};
+                {"oldest_pending_s", std::isfinite(r.oldest_submit) ? Json(now - r.oldest_submit) : Json(nullptr)},
+                {"daemon_passes", backend == "*" ? passes : Json(nullptr)}};
   };
   auto age = [](const Json& v) {
     return v.is_null() ? std::string("-") : format_duration(std::floor(v.get<double>()));

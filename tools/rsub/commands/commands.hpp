@@ -41,6 +41,9 @@ struct Context {
   // The running daemon's own pass, with details, for one job (rsub why); empty: a pass
   // made from the store (dry_pass).
   std::function<Explanation(std::int64_t job)> explain;
+  // The running daemon's scheduling passes completed since it started (rsub status
+  // --json: daemon_passes); empty: no daemon's (null).
+  std::function<std::uint64_t()> passes;
   std::unique_ptr<Store> open_store;  // the request's connection to the store (lent by the daemon's pool)
 
   // The job store, opened on first use.

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -230,9 +231,14 @@ void run_daemon(const Settings& initial, const DaemonOptions& options) {
       for (auto& [job, promise] : asks) promise.set_exception(std::current_exception());
     }
   };
+  // The scheduling passes completed since the daemon started (rsub status --json reports
+  // them as daemon_passes): what a test waits on for a whole pass after its change.
+  std::atomic<std::uint64_t> passes{0};
+  auto passes_done = [&passes] { return passes.load(); };
   std::unique_ptr<RequestServer> server;
   if (!options.once) {
-    server = std::make_unique<RequestServer>(listener.release(), source, wake_loop, explain, !initial.shared());
+    server =
+        std::make_unique<RequestServer>(listener.release(), source, wake_loop, explain, passes_done, !initial.shared());
     server->start();
   }
   atomic_write_file(initial.dir + "/daemon.pid", std::to_string(::getpid()) + "\n");
@@ -253,15 +259,16 @@ void run_daemon(const Settings& initial, const DaemonOptions& options) {
     answer_explains(false);
     try {
       daemon.pass();
+      ++passes;
     } catch (const std::exception& e) {  // a busy or damaged store: say so, try again
       if (options.once) throw;
-      std::cerr << "rsub daemon: scheduling pass failed: " << e.what() << '\n';
+      warn("rsub daemon", std::string("scheduling pass failed: ") + e.what(), std::cerr);
     }
     if (options.once) break;
     try {
       daemon.trim_changes();
     } catch (const std::exception& e) {
-      std::cerr << "rsub daemon: trim the change log: " << e.what() << '\n';
+      warn("rsub daemon", std::string("trim the change log: ") + e.what(), std::cerr);
     }
     pollfd fds[3] = {{wake.get(), POLLIN, 0}, {sig_fd.get(), POLLIN, 0}, {wake_event.get(), POLLIN, 0}};
     ::poll(fds, 3, 1000);

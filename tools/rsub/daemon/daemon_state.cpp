@@ -21,6 +21,7 @@
 #include "rkit/cgroup.hpp"
 #include "rkit/error.hpp"
 #include "rkit/file.hpp"
+#include "rkit/host.hpp"
 
 namespace rkit::rsub {
 
@@ -39,7 +40,7 @@ class ShimLauncher {
     for (int tries = 0; tries < 2; ++tries) {
       if (!socket_ && !start()) return false;
       if (send_with_fd(socket_.get(), &request, sizeof request, lock_fd)) return true;
-      std::cerr << "rsub daemon: the launcher: " << std::strerror(errno) << " (starting another)\n";
+      warn("rsub daemon", fmt::format("the launcher: {} (starting another)", std::strerror(errno)), std::cerr);
       stop();
     }
     return false;
@@ -108,9 +109,7 @@ Daemon::~Daemon() = default;
 
 Daemon::Daemon(const Settings& s, const Machine& m)
     : s_(s), machine_(m), store_(s.dir), launcher_(std::make_unique<ShimLauncher>(s_.dir)) {
-  char name[256] = {};
-  ::gethostname(name, sizeof name - 1);
-  host_ = name;
+  host_ = host_name();
   for (const auto& [tenant, v] : store_.usage()) usage_[tenant] = v;
 }
 
@@ -254,7 +253,7 @@ void Daemon::launch(const Start& start, double now) {
   ::mkdir((s_.dir + "/run").c_str(), 0700);
   UniqueFd fd(::open(lock.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
   if (!fd || ::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
-    std::cerr << "rsub daemon: cannot lock " << lock << ": " << std::strerror(errno) << "\n";
+    warn("rsub daemon", fmt::format("cannot lock {}: {}", lock, std::strerror(errno)), std::cerr);
     return;
   }
   if (!store_.start_attempt(j.id, start.tasks, host_, now)) {  // cancelled or held meanwhile
@@ -272,7 +271,8 @@ void Daemon::launch(const Start& start, double now) {
 void Daemon::spawn_shim(std::int64_t id, int attempt, int lock_fd) {
   const ShimRequest request{id, attempt, s_.job_pids_max, s_.kill_grace_s};
   // On failure the lock is free and holds no pid: the next pass queues the job again.
-  if (!launcher_->send(request, lock_fd)) std::cerr << "rsub daemon: cannot start job " << id << "'s supervisor\n";
+  if (!launcher_->send(request, lock_fd))
+    warn("rsub daemon", fmt::format("cannot start job {}'s supervisor", id), std::cerr);
 }
 
 void Daemon::kill_cgroup(std::int64_t id, int attempt) {
@@ -283,7 +283,7 @@ void Daemon::kill_cgroup(std::int64_t id, int attempt) {
       cg->remove();
     }
   } catch (const std::exception& e) {
-    std::cerr << "rsub daemon: job " << id << ": " << e.what() << '\n';
+    warn("rsub daemon", fmt::format("job {}: {}", id, e.what()), std::cerr);
   }
 }
 

@@ -1,6 +1,7 @@
 #include "daemon/sched.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cctype>
@@ -284,20 +285,21 @@ bool Pass::blocked(const Entry& e, Verdict& v) const {
 
 // What the job lacks now, "needs 2 GPUs of type H100, 1 of 2 free"; empty when it fits.
 std::string Pass::shortage(const Entry& e) const {
-  std::string out;
-  auto add = [&](std::string part) { out += (out.empty() ? "" : "; ") + part; };
+  std::vector<std::string> parts;
   const Amount f = free(e.type);
   if (f.cores < e.need.cores)
-    add(fmt::format("needs {}, {} of {} free", count(e.need.cores, "core"), f.cores, topo_.cores.size()));
+    parts.push_back(fmt::format("needs {}, {} of {} free", count(e.need.cores, "core"), f.cores, topo_.cores.size()));
   const std::string& type = e.job->resources.gpu_type;
   if (f.gpus < e.need.gpus)
-    add(fmt::format("needs {}{}, {} of {} free", count(e.need.gpus, "GPU"), type.empty() ? "" : " of type " + type,
-                    f.gpus, type_totals_[static_cast<std::size_t>(e.type)]));
+    parts.push_back(fmt::format("needs {}{}, {} of {} free", count(e.need.gpus, "GPU"),
+                                type.empty() ? "" : " of type " + type, f.gpus,
+                                type_totals_[static_cast<std::size_t>(e.type)]));
   if (f.memory < e.need.memory)
-    add(fmt::format("needs {} of memory, {} of {} free", format_bytes(static_cast<std::uint64_t>(e.need.memory)),
-                    format_bytes(static_cast<std::uint64_t>(std::max<std::int64_t>(f.memory, 0))),
-                    format_bytes(in_.machine->memory_bytes)));
-  return out;
+    parts.push_back(fmt::format("needs {} of memory, {} of {} free",
+                                format_bytes(static_cast<std::uint64_t>(e.need.memory)),
+                                format_bytes(static_cast<std::uint64_t>(std::max<std::int64_t>(f.memory, 0))),
+                                format_bytes(in_.machine->memory_bytes)));
+  return fmt::format("{}", fmt::join(parts, "; "));
 }
 
 // Starts the job when the counts fit (and, behind a reservation, when it ends first or

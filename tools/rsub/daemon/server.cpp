@@ -47,8 +47,10 @@ void SettingsSource::reload_if_changed() {
   try {
     settings_ = std::make_shared<const Settings>(load_settings(load_config(settings_->config_path)));
   } catch (const std::exception& e) {
-    std::cerr << "rsub daemon: " << settings_->config_path << " changed and does not load: " << e.what()
-              << " (keeping the settings it had)\n";
+    warn(
+        "rsub daemon",
+        fmt::format("{} changed and does not load: {} (keeping the settings it had)", settings_->config_path, e.what()),
+        std::cerr);
   }
 }
 
@@ -90,12 +92,14 @@ std::size_t json_depth(std::string_view text) {
 }
 
 RequestServer::RequestServer(int listen_fd, SettingsSource& settings, std::function<void()> wake,
-                             std::function<Explanation(std::int64_t)> explain, bool personal)
+                             std::function<Explanation(std::int64_t)> explain, std::function<std::uint64_t()> passes,
+                             bool personal)
     : listen_fd_(listen_fd),
       stop_fd_(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
       settings_(settings),
       wake_(std::move(wake)),
       explain_(std::move(explain)),
+      passes_(std::move(passes)),
       personal_(personal) {
   if (stop_fd_ < 0) throw system_error("eventfd", errno);
 }
@@ -208,6 +212,7 @@ void RequestServer::serve(int fd, uid_t uid, const std::vector<gid_t>& groups) {
   ctx.err = &err;
   ctx.wake = wake_;
   ctx.explain = explain_;
+  ctx.passes = passes_;
   ctx.gone = [fd] {
     pollfd p{fd, POLLRDHUP, 0};
     return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;

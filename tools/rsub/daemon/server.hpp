@@ -7,7 +7,7 @@
 // arrive whole within kRequestDeadline and be at most kMaxRequestBytes.
 //
 //   SettingsSource settings(load_settings(config));
-//   RequestServer server(listen_fd, settings, [&] { wake_scheduler(); });
+//   RequestServer server(listen_fd, settings, wake, explain, passes, personal);
 //   server.start();
 //   ...
 //   server.stop();   // refuses new connections, ends the open ones, waits a little for them
@@ -15,6 +15,7 @@
 
 #include <sys/types.h>
 #include <condition_variable>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -60,9 +61,10 @@ class RequestServer {
  public:
   // `listen_fd`: a listening Unix stream socket, owned by the server from now on.
   // `personal`: only the daemon's own uid (and root) may connect.
-  // `wake` and `explain` become each request's Context::wake and Context::explain.
+  // `wake`, `explain` and `passes` become each request's Context::wake, Context::explain
+  // and Context::passes.
   RequestServer(int listen_fd, SettingsSource& settings, std::function<void()> wake,
-                std::function<Explanation(std::int64_t)> explain, bool personal);
+                std::function<Explanation(std::int64_t)> explain, std::function<std::uint64_t()> passes, bool personal);
   ~RequestServer();
   RequestServer(const RequestServer&) = delete;
   RequestServer& operator=(const RequestServer&) = delete;
@@ -81,6 +83,7 @@ class RequestServer {
   SettingsSource& settings_;
   std::function<void()> wake_;
   std::function<Explanation(std::int64_t)> explain_;
+  std::function<std::uint64_t()> passes_;
   bool personal_;
   std::thread acceptor_;
   std::mutex mu_;

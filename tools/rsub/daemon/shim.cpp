@@ -9,6 +9,7 @@
 // supervisor exits, which frees the lock the daemon watches (daemon.hpp).
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <grp.h>
 #include <poll.h>
 #include <pwd.h>
@@ -41,12 +42,6 @@
 namespace rkit::rsub {
 
 namespace {
-
-std::string join(const std::vector<int>& v) {
-  std::string out;
-  for (int x : v) out += (out.empty() ? "" : ",") + std::to_string(x);
-  return out;
-}
 
 // Everything a task's child needs, built before fork. The supervisor is single-threaded,
 // so the child may also look up its user (getpwuid) before exec.
@@ -90,7 +85,7 @@ TaskLaunch prepare(const JobRecord& job, int task, int log_dir_fd, const std::ve
   const TaskAlloc& a = job.alloc.at(static_cast<std::size_t>(task));
   // No GPUs asked: none visible, as Slurm does with --gres unset and ConstrainDevices.
   // The indices are the topology's, in PCI bus order: CUDA must count them that way too.
-  set.emplace_back("CUDA_VISIBLE_DEVICES", join(a.gpus));
+  set.emplace_back("CUDA_VISIBLE_DEVICES", fmt::format("{}", fmt::join(a.gpus, ",")));
   set.emplace_back("CUDA_DEVICE_ORDER", "PCI_BUS_ID");
   if (::geteuid() == 0 && job.uid != 0)  // a root supervisor runs the job as its user
     if (const passwd* pw = ::getpwuid(job.uid)) {
@@ -236,7 +231,7 @@ int run_shim(const std::string& dir, std::int64_t id, int attempt, int lock_fd, 
     cgroup = job_cgroup(store, *job, attempt, pids_max);
   } catch (const std::exception& e) {
     // A root supervisor that cannot confine the job does not run it unconfined.
-    std::cerr << "rsub: supervisor: job " << id << ": " << e.what() << '\n';
+    warn("rsub supervisor", fmt::format("job {}: {}", id, e.what()), std::cerr);
     AttemptEnd end;
     end.exit_code = 126;
     end.end_s = now_s();
@@ -265,7 +260,7 @@ int run_shim(const std::string& dir, std::int64_t id, int attempt, int lock_fd, 
     try {
       fn();
     } catch (const std::exception& e) {
-      std::cerr << "rsub: supervisor: " << what << ": " << e.what() << '\n';
+      warn("rsub supervisor", fmt::format("{}: {}", what, e.what()), std::cerr);
     }
   };
   const double started = now_s();
@@ -361,7 +356,7 @@ int run_shim(const std::string& dir, std::int64_t id, int attempt, int lock_fd, 
     try {
       cgroup->remove();
     } catch (const std::exception& e) {
-      std::cerr << "rsub: supervisor: job " << id << ": " << e.what() << '\n';
+      warn("rsub supervisor", fmt::format("job {}: {}", id, e.what()), std::cerr);
     }
   }
   if (!ending) end.how = AttemptEnd::How::Exited, end.exit_code = 0;
@@ -377,7 +372,7 @@ int run_shim(const std::string& dir, std::int64_t id, int attempt, int lock_fd, 
       break;
     } catch (const std::exception& e) {
       if (tries == 60) throw;
-      std::cerr << "rsub: supervisor: record the end of job " << id << ": " << e.what() << " (retrying)\n";
+      warn("rsub supervisor", fmt::format("record the end of job {}: {} (retrying)", id, e.what()), std::cerr);
       ::sleep(10);
     }
   }
@@ -399,7 +394,7 @@ int run_launcher(const std::string& dir, int fd) {
     const ssize_t n = recv_with_fd(fd, &request, sizeof request, lock_fd);
     if (n <= 0) return 0;  // the daemon is gone
     if (n != ssize_t(sizeof request) || lock_fd < 0) {
-      std::cerr << "rsub launcher: a malformed request from the daemon\n";
+      warn("rsub launcher", "a malformed request from the daemon", std::cerr);
       if (lock_fd >= 0) ::close(lock_fd);
       continue;
     }
@@ -425,7 +420,7 @@ int run_launcher(const std::string& dir, int fd) {
       ::_exit(code);
     }
     // On failure the lock goes with our copy, holding no pid: the daemon queues the job again.
-    if (pid < 0) std::cerr << "rsub launcher: fork: " << std::strerror(errno) << "\n";
+    if (pid < 0) warn("rsub launcher", std::string("fork: ") + std::strerror(errno), std::cerr);
     ::close(lock_fd);
   }
 }
