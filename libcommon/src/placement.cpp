@@ -30,11 +30,8 @@ std::optional<Policy> parse_policy(std::string_view text) {
 }
 
 Policy policy_from_config(const Config& config) {
-  std::optional<std::string> text = config.get_string("rtop.policy");
-  if (!text) return Policy::Pack;
-  if (auto p = parse_policy(*text)) return *p;
-  throw Error(Exit::Config, fmt::format("{}: rtop.policy is '{}': expected \"pack\" or \"spread\"",
-                                        config.where("rtop.policy"), *text));
+  const std::optional<std::string> text = config.get_choice("rtop.policy", {"pack", "spread"});
+  return text ? *parse_policy(*text) : Policy::Pack;
 }
 
 Json RankPlacement::to_json() const {

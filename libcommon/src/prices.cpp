@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cmath>
 #include <filesystem>
 #include <string_view>
 #include <vector>
@@ -23,18 +22,12 @@ std::string lower(std::string s) {
   return s;
 }
 
-class SheetReader {
+// The sheet's typed reads: TomlReader's ("backends.a.cpu_hour must be a number"), and a
+// price's own.
+class SheetReader : public TomlReader {
  public:
-  explicit SheetReader(const std::string& source) : source_(source) {}
+  explicit SheetReader(const std::string& source) : TomlReader(source) {}
 
-  [[noreturn]] void fail(const toml::node& node, const std::string& key, std::string_view why) const {
-    throw Error(Exit::DataErr, fmt::format("{}:{}: {} {}", source_, node.source().begin.line, key, why));
-  }
-  double number(const toml::node& node, const std::string& key) const {
-    const auto v = node.value<double>();
-    if (!node.is_number() || !v || !std::isfinite(*v)) fail(node, key, "must be a number");  // not nan, inf
-    return *v;
-  }
   double price(const toml::node& node, const std::string& key) const {
     const double v = number(node, key);
     if (v < 0) fail(node, key, "must not be negative");
@@ -77,8 +70,7 @@ class SheetReader {
     return 0;
   }
   ResourcePrices backend(const toml::node& node, const std::string& key) const {
-    const auto* t = node.as_table();
-    if (!t) fail(node, key, "must be a table");
+    const toml::table* t = &table(node, key);
     ResourcePrices p;
     const toml::node* market = nullptr;
     const toml::node* spot_discount = nullptr;
@@ -144,8 +136,6 @@ class SheetReader {
       if (t->contains(k)) return true;
     return false;
   }
-
-  std::string source_;
 };
 
 }  // namespace
@@ -213,12 +203,9 @@ PriceSheet load_prices(const std::string& path) {
   sheet.source = source;
   for (const auto& [k, v] : root) {
     if (k.str() == "currency") {
-      if (!v.is_string()) reader.fail(v, "currency", "must be a string");
-      sheet.currency = *v.value<std::string>();
+      sheet.currency = reader.string(v, "currency");
     } else if (k.str() == "backends") {
-      const auto* t = v.as_table();
-      if (!t) reader.fail(v, "backends", "must be a table");
-      for (const auto& [name, prices] : *t)
+      for (const auto& [name, prices] : reader.table(v, "backends"))
         sheet.backends[std::string(name.str())] = reader.backend(prices, "backends." + std::string(name.str()));
     } else {
       reader.fail(v, std::string(k.str()), "is not a price sheet key (currency, backends)");

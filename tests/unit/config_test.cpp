@@ -4,7 +4,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <functional>
+#include <limits>
 #include <regex>
 
 #include "test_support.hpp"
@@ -212,6 +214,109 @@ TEST_F(ConfigTest, WrongTypeIsAConfigErrorNamingFileAndKey) {
 
   Error e6 = testing::error_of([&] { cfg.get_string("rtop"); });
   EXPECT_EQ(e6.code(), Exit::Config) << "a table is not a string";
+}
+
+TEST_F(ConfigTest, WholeNumbersInARange) {
+  std::string path = make_config("c.toml",
+                                 "[local]\n"
+                                 "cpus = 8\n"
+                                 "gpus = 2.0\n"
+                                 "half = 1.5\n"
+                                 "many = 2000\n"
+                                 "minus = -1\n"
+                                 "word = \"x\"\n"
+                                 "huge = 1e300\n");
+  Config cfg = load_config(path);
+  EXPECT_EQ(cfg.get_whole("local.cpus", 1, 64), 8);
+  EXPECT_EQ(cfg.get_whole("local.gpus", 0, 64), 2) << "a float without a fraction";
+  EXPECT_EQ(cfg.get_whole("local.absent", 0, 64), std::nullopt);
+  EXPECT_EQ(cfg.get_whole("local.many", 0), 2000) << "no upper bound";
+  Error e1 = testing::error_of([&] { cfg.get_whole("local.half", 0, 64); });
+  EXPECT_EQ(e1.code(), Exit::Config);
+  EXPECT_EQ(std::string(e1.what()), path + ":4:8: 'local.half' must be a whole number from 0 to 64");
+  Error e2 = testing::error_of([&] { cfg.get_whole("local.many", 1, 1024); });
+  EXPECT_EQ(std::string(e2.what()), path + ":5:8: 'local.many' must be a whole number from 1 to 1024");
+  Error e3 = testing::error_of([&] { cfg.get_whole("local.minus", 0); });
+  EXPECT_EQ(std::string(e3.what()), path + ":6:9: 'local.minus' must be a whole number, 0 or more");
+  Error e4 = testing::error_of([&] { cfg.get_whole("local.word", 0); });
+  EXPECT_EQ(std::string(e4.what()), path + ":7:8: 'local.word' must be a number") << "the type first";
+  Error e5 = testing::error_of([&] { cfg.get_whole("local.huge", 0); });
+  EXPECT_EQ(e5.code(), Exit::Config) << "beyond what a double holds exactly";
+}
+
+TEST_F(ConfigTest, NumbersInARange) {
+  std::string path = make_config("c.toml", "[p]\nw = 0.5\nbig = 2e6\nneg = -1\nbad = nan\n");
+  Config cfg = load_config(path);
+  EXPECT_EQ(cfg.get_number("p.w", 0, 1), 0.5);
+  EXPECT_EQ(cfg.get_number("p.absent", 0, 1), std::nullopt);
+  Error e1 = testing::error_of([&] { cfg.get_number("p.big", 0, 1e6); });
+  EXPECT_EQ(e1.code(), Exit::Config);
+  EXPECT_EQ(std::string(e1.what()), path + ":3:7: 'p.big' must be between 0 and 1000000");
+  Error e2 = testing::error_of([&] { cfg.get_number("p.neg", 0, std::numeric_limits<double>::infinity()); });
+  EXPECT_EQ(std::string(e2.what()), path + ":4:7: 'p.neg' must be 0 or more");
+  Error e3 = testing::error_of([&] { cfg.get_number("p.bad", 0, 1); });
+  EXPECT_EQ(e3.code(), Exit::Config) << "NaN is in no range";
+  EXPECT_EQ(whole_requirement(1, 64), "a whole number from 1 to 64");
+  EXPECT_EQ(number_requirement(-std::numeric_limits<double>::infinity(), 2), "at most 2");
+}
+
+TEST_F(ConfigTest, ChoicesAndListsOfStrings) {
+  std::string path = make_config("c.toml",
+                                 "[rtop]\n"
+                                 "policy = \"spread\"\n"
+                                 "other = \"sideways\"\n"
+                                 "number = 3\n"
+                                 "[rsub]\n"
+                                 "admins = [\"alice\", \"bob\"]\n"
+                                 "mixed = [\"alice\", 3]\n"
+                                 "one = \"alice\"\n");
+  Config cfg = load_config(path);
+  EXPECT_EQ(cfg.get_choice("rtop.policy", {"pack", "spread"}), "spread");
+  EXPECT_EQ(cfg.get_choice("rtop.absent", {"pack", "spread"}), std::nullopt);
+  Error e1 = testing::error_of([&] { cfg.get_choice("rtop.other", {"pack", "spread"}); });
+  EXPECT_EQ(e1.code(), Exit::Config);
+  EXPECT_EQ(std::string(e1.what()), path + ":3:9: rtop.other is 'sideways': expected \"pack\" or \"spread\"");
+  Error e2 = testing::error_of([&] { cfg.get_choice("rtop.other", {"a", "b", "c"}); });
+  EXPECT_TRUE(contains(e2.what(), "expected \"a\", \"b\" or \"c\"")) << e2.what();
+  Error e3 = testing::error_of([&] { cfg.get_choice("rtop.number", {"a"}); });
+  EXPECT_TRUE(contains(e3.what(), "'rtop.number' must be a string")) << e3.what();
+
+  EXPECT_EQ(cfg.get_strings("rsub.admins"), (std::vector<std::string>{"alice", "bob"}));
+  EXPECT_EQ(cfg.get_strings("rsub.absent"), std::nullopt);
+  Error e4 = testing::error_of([&] { cfg.get_strings("rsub.mixed"); });
+  EXPECT_EQ(e4.code(), Exit::Config);
+  EXPECT_EQ(std::string(e4.what()), path + ":7:9: 'rsub.mixed' must be an array of strings");
+  Error e5 = testing::error_of([&] { cfg.get_strings("rsub.one"); });
+  EXPECT_TRUE(contains(e5.what(), "'rsub.one' must be an array")) << e5.what();
+}
+
+TEST(TomlReader, TypedValuesOfInputWithDataErrorsNamingSourceAndLine) {
+  const toml::table t =
+      parse_toml("a = \"x\"\nb = 3\nc = true\nd = 1.5\ne = inf\nf = [1]\nh = 300\n[g]\n", "in.toml", Exit::DataErr);
+  const TomlReader in("in.toml");
+  EXPECT_EQ(in.string(*t.get("a"), "a"), "x");
+  EXPECT_EQ(in.integer(*t.get("b"), "b"), 3);
+  EXPECT_EQ(in.integer<std::int64_t>(*t.get("b"), "b"), 3);
+  EXPECT_TRUE(in.boolean(*t.get("c"), "c"));
+  EXPECT_EQ(in.number(*t.get("d"), "d"), 1.5);
+  EXPECT_EQ(in.number(*t.get("b"), "b"), 3.0) << "an integer is a number";
+  EXPECT_EQ(in.array(*t.get("f"), "f").size(), 1u);
+  EXPECT_TRUE(in.table(*t.get("g"), "g").empty());
+  auto message = [](const std::function<void()>& f) {
+    Error e = testing::error_of(f);
+    EXPECT_EQ(e.code(), Exit::DataErr);
+    return std::string(e.what());
+  };
+  EXPECT_EQ(message([&] { in.string(*t.get("b"), "b"); }), "in.toml:2: b must be a string");
+  EXPECT_EQ(message([&] { in.integer(*t.get("d"), "d"); }), "in.toml:4: d must be an integer");
+  EXPECT_EQ(message([&] { in.integer<std::uint8_t>(*t.get("h"), "h"); }), "in.toml:7: h is out of range");
+  EXPECT_EQ(message([&] { in.boolean(*t.get("b"), "b"); }), "in.toml:2: b must be a boolean");
+  EXPECT_EQ(message([&] { in.number(*t.get("e"), "e"); }), "in.toml:5: e must be a number") << "not inf";
+  EXPECT_EQ(message([&] { in.number(*t.get("a"), "a"); }), "in.toml:1: a must be a number");
+  EXPECT_EQ(message([&] { in.table(*t.get("f"), "f"); }), "in.toml:6: f must be a table");
+  EXPECT_EQ(message([&] { in.array(*t.get("a"), "a"); }), "in.toml:1: a must be an array");
+  const TomlReader cfg("c.toml", Exit::Config);
+  EXPECT_EQ(testing::error_of([&] { cfg.fail(*t.get("a"), "a", "is wrong"); }).code(), Exit::Config);
 }
 
 TEST_F(ConfigTest, ParseErrorNamesFileLineAndColumn) {

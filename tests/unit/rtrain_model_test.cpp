@@ -6,11 +6,13 @@
 
 #include <cmath>
 #include <cstring>
+#include <regex>
 #include <vector>
 
 #include "device.hpp"
 #include "model.hpp"
 #include "rkit/error.hpp"
+#include "rkit/options.hpp"
 #include "rkit/rng.hpp"
 #include "run.hpp"
 #include "test_support.hpp"
@@ -153,6 +155,93 @@ TEST(RtrainConfig, FileOverDefaultsWithErrorsNamingTheLine) {
   EXPECT_THROW(parse_layers("8"), Error);
   EXPECT_THROW(parse_layers("8,,1"), Error);
   EXPECT_EQ(parse_layers("8,1"), (std::vector<std::size_t>{8, 1}));
+}
+
+// The run as `rtrain run [file] args` describes it.
+TrainConfig run_config(const std::string& args, const std::string& file = "") {
+  CLI::App app("run");
+  const OptionFlags flags = run_options().add_to(app);
+  app.parse(args, false);
+  return resolve_run_config(file, flags);
+}
+
+TEST(RtrainConfig, FlagsOverTheFileOverTheDefaults) {
+  rkit::testing::TempDir dir;
+  rkit::testing::EnvGuard env({"RKIT_CKPT_DIR"});
+  env.unset("RKIT_CKPT_DIR");
+  rkit::testing::write(dir.file("run.toml"),
+                       "[model]\nlayers = [16, 32, 1]\n[train]\nsteps = 30\nlr = 0.002\nthreads = 9999\n"
+                       "[checkpoint]\npack = false\n");
+  const TrainConfig c = run_config("--steps 12 --layers 16,8,1 --no-pack --output w.safetensors", dir.file("run.toml"));
+  EXPECT_EQ(c.steps, 12u) << "the flag";
+  EXPECT_EQ(c.layers, (std::vector<std::size_t>{16, 8, 1})) << "the flag";
+  EXPECT_EQ(c.lr, 0.002) << "the file";
+  EXPECT_EQ(c.threads, 4096) << "the file's, at most 4096";
+  EXPECT_FALSE(c.pack);
+  EXPECT_EQ(c.output, "w.safetensors");
+  EXPECT_EQ(c.batch_size, 512u) << "the default";
+  EXPECT_EQ(c.ckpt_dir, "");
+  EXPECT_EQ(run_config("--epochs 2").steps, 0u) << "--epochs alone: epochs";
+  EXPECT_EQ(run_config("--epochs 2 --steps 5").steps, 5u);
+  env.set("RKIT_CKPT_DIR", "/ck");
+  EXPECT_EQ(run_config("").ckpt_dir, "/ck");
+  EXPECT_EQ(run_config("--ckpt-dir mine").ckpt_dir, "mine");
+  EXPECT_EQ(run_config("--lr 0.0001").min_lr, 0.0) << "min_lr at most lr";
+  Error e1 = rkit::testing::error_of([] { run_config("--activation tanh"); });
+  EXPECT_EQ(e1.code(), Exit::Usage);
+  EXPECT_STREQ(e1.what(), "unknown activation 'tanh' (expected gelu or relu)");
+  Error e2 = rkit::testing::error_of([] { run_config("--lr 0"); });
+  EXPECT_STREQ(e2.what(), "lr must be > 0");
+  Error e3 = rkit::testing::error_of([] { run_config("--batch-size -3"); });
+  EXPECT_EQ(e3.code(), Exit::Usage);
+  EXPECT_STREQ(e3.what(), "--batch-size must be a whole number, 0 or more");
+}
+
+TEST(RtrainConfig, FileErrorsNameTheValue) {
+  rkit::testing::TempDir dir;
+  auto error = [&](const std::string& text) {
+    rkit::testing::write(dir.file("r.toml"), text);
+    Error e = rkit::testing::error_of([&] { load_train_config(dir.file("r.toml")); });
+    EXPECT_EQ(e.code(), Exit::Config) << e.what();
+    return std::string(e.what()).substr(dir.file("").size());
+  };
+  EXPECT_EQ(error("[train]\nstepz = 3\n"), "r.toml:2:1: unknown key 'train.stepz'");
+  EXPECT_EQ(error("[optimizer]\nlr = 1\n"),
+            "r.toml:1:1: unknown table 'optimizer' (expected [model], [data], [train] or [checkpoint])");
+  EXPECT_EQ(error("[train]\nlr = \"fast\"\n"), "r.toml:2:6: 'train.lr' must be a number");
+  EXPECT_EQ(error("[train]\nsteps = -5\n"), "r.toml:2:9: 'train.steps' must be a whole number, 0 or more");
+  EXPECT_EQ(error("[model]\nlayers = \"8,1\"\n"), "r.toml:2:10: 'model.layers' must be an array of sizes");
+  EXPECT_EQ(error("[model]\nlayers = [8, \"x\", 1]\n"),
+            "r.toml:2:10: layers '8,?,1': each size must be a whole number from 1 to 1048576");
+  EXPECT_EQ(error("[model]\nactivation = \"tanh\"\n"),
+            "r.toml:2:14: unknown activation 'tanh' (expected gelu or relu)");
+  EXPECT_EQ(error("[train]\nlr = 0\n"), "r.toml: lr must be > 0");
+  EXPECT_EQ(error("[checkpoint]\npack = 1\n"), "r.toml:2:8: 'checkpoint.pack' must be a boolean");
+}
+
+// The docs checks of the one table: --help lists every flag with its sentence, and the
+// reference configuration (examples/train.toml, which rtrain(1) follows) every key.
+TEST(RtrainConfig, HelpAndTheReferenceConfigurationCoverEveryOption) {
+  CLI::App app("run");
+  const OptionFlags flags = run_options().add_to(app);
+  const std::string help = app.help();
+  const std::string example = rkit::testing::slurp(std::string(RKIT_FIXTURES) + "/../../examples/train.toml");
+  for (const OptionSpec& s : run_options().specs()) {
+    if (!s.flag.empty()) {
+      EXPECT_NE(help.find(s.flag), std::string::npos) << s.flag;
+      EXPECT_NE(help.find(s.help), std::string::npos) << s.flag;
+    }
+    if (s.key.empty()) continue;
+    const auto dot = s.key.find('.');
+    const std::string table = "[" + s.key.substr(0, dot) + "]", name = s.key.substr(dot + 1);
+    const auto at = example.find(table);
+    ASSERT_NE(at, std::string::npos) << table;
+    const auto next = example.find("\n[", at + 1);
+    const std::string section = example.substr(at, next == std::string::npos ? std::string::npos : next - at);
+    // As a key, or in a comment ("# target_loss = 0.2", "steps = 1000  # or epochs = N").
+    EXPECT_TRUE(std::regex_search(section, std::regex("(^|[^a-z_])" + name + " = ")))
+        << s.key << " is not in examples/train.toml";
+  }
 }
 
 }  // namespace

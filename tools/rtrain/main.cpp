@@ -1,9 +1,8 @@
 // rtrain: launch distributed training runs that survive faults, and train an MLP natively.
-#include <cstdlib>
+#include <cerrno>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <optional>
 
 #include <fmt/format.h>
 
@@ -19,97 +18,6 @@ namespace {
 
 using namespace rkit;
 using namespace rkit::rtrain;
-
-// rtrain run's flags, each over the configuration file's value when given.
-struct RunFlags {
-  std::string config;
-  std::optional<std::uint64_t> steps, epochs, rows, seed, eval_every, log_every, warmup_steps, ckpt_every;
-  std::optional<std::size_t> batch_size;
-  std::optional<double> lr, weight_decay, clip_grad_norm, bucket_mb, target_loss;
-  std::optional<int> threads;
-  std::optional<std::string> layers, activation, loss, data, device, ckpt_dir;
-  bool no_pack = false;
-  std::string resume_from, output, events;
-
-  void add(CLI::App* cmd) {
-    cmd->add_option("config", config, "Run configuration (TOML); flags override it")->type_name("CONFIG.toml");
-    cmd->add_option("--steps", steps, "Optimizer steps (default 1000)")->type_name("N");
-    cmd->add_option("--epochs", epochs, "Passes over the training rows, instead of --steps")->type_name("N");
-    cmd->add_option("--batch-size", batch_size, "Rows per rank per step (default 512)")->type_name("N");
-    cmd->add_option("--layers", layers, "Layer sizes, inputs to outputs (default 256,1024,1024,1)")->type_name("LIST");
-    cmd->add_option("--activation", activation, "gelu or relu (default gelu)")->type_name("ACT");
-    cmd->add_option("--loss", loss, "mse (regression) or cross_entropy (classes) (default mse)")->type_name("LOSS");
-    cmd->add_option("--data", data, "synthetic, or a .csv, .npy or .safetensors file (default synthetic)")
-        ->type_name("FILE");
-    cmd->add_option("--rows", rows, "Rows of synthetic data (default 100000)")->type_name("N");
-    cmd->add_option("--seed", seed, "Seed of weights, data and shuffling (default 0)")->type_name("N");
-    cmd->add_option("--lr", lr, "Peak learning rate of AdamW (default 0.001)")->type_name("X");
-    cmd->add_option("--weight-decay", weight_decay, "AdamW weight decay (default 0.01)")->type_name("X");
-    cmd->add_option("--warmup-steps", warmup_steps, "Linear warm-up steps before the cosine decay (default 100)")
-        ->type_name("N");
-    cmd->add_option("--clip-grad-norm", clip_grad_norm, "Clip the gradient's L2 norm to this (0: off; default 1)")
-        ->type_name("X");
-    cmd->add_option("--eval-every", eval_every, "Evaluate on the held-out rows every N steps (default: at the end)")
-        ->type_name("N");
-    cmd->add_option("--log-every", log_every, "Report a step record every N steps (default 10)")->type_name("N");
-    cmd->add_option("--target-loss", target_loss, "Report the time until the evaluation loss first reaches this")
-        ->type_name("X");
-    cmd->add_option("--device", device, "cpu or cuda (default cpu)")->type_name("DEV");
-    cmd->add_option("--threads", threads,
-                    "CPU threads for the matrix products (default: the usable cores shared among this node's ranks)")
-        ->type_name("N");
-    cmd->add_option("--bucket-mb", bucket_mb, "Gradient all-reduce bucket size in MiB (default 1)")->type_name("MB");
-    cmd->add_option("--ckpt-every", ckpt_every, "Checkpoint every N steps and at the end (default 0: never)")
-        ->type_name("N");
-    cmd->add_option("--ckpt-dir", ckpt_dir, "Checkpoint folder (default $RKIT_CKPT_DIR)")->type_name("D");
-    cmd->add_flag("--no-pack", no_pack, "Keep checkpoints as step-N/ folders: do not rckpt pack them");
-    cmd->add_option("--resume-from", resume_from,
-                    "Resume from this step-N/ folder or .rkpt (default: the newest in the checkpoint folder, else "
-                    "$RKIT_RESUME_FROM)")
-        ->type_name("PATH");
-    cmd->add_option("--output", output, "Write the final weights here (safetensors)")->type_name("FILE");
-    cmd->add_option("--events", events, "Also write every rkit.train.event.v1 record here (- for stdout)")
-        ->type_name("FILE");
-  }
-
-  TrainConfig resolve() const {
-    TrainConfig c = config.empty() ? TrainConfig{} : load_train_config(config);
-    if (steps) c.steps = *steps;
-    if (epochs) {
-      c.epochs = *epochs;
-      if (!steps) c.steps = 0;
-    }
-    if (batch_size) c.batch_size = *batch_size;
-    if (layers) c.layers = parse_layers(*layers);
-    if (activation) c.activation = parse_activation(*activation);
-    if (loss) c.loss = parse_loss(*loss);
-    if (data) c.data = *data;
-    if (rows) c.rows = *rows;
-    if (seed) c.seed = *seed;
-    if (lr) c.lr = *lr;
-    if (weight_decay) c.weight_decay = *weight_decay;
-    if (warmup_steps) c.warmup_steps = *warmup_steps;
-    if (clip_grad_norm) c.clip_grad_norm = *clip_grad_norm;
-    if (eval_every) c.eval_every = *eval_every;
-    if (log_every) c.log_every = *log_every;
-    if (target_loss) c.target_loss = *target_loss;
-    if (device) c.device = *device;
-    if (threads) c.threads = *threads;
-    if (bucket_mb) c.bucket_mb = *bucket_mb;
-    if (ckpt_every) c.ckpt_every = *ckpt_every;
-    if (ckpt_dir) c.ckpt_dir = *ckpt_dir;
-    if (c.ckpt_dir.empty()) {
-      if (const char* d = std::getenv("RKIT_CKPT_DIR"); d && *d) c.ckpt_dir = d;
-    }
-    if (no_pack) c.pack = false;
-    c.resume_from = resume_from;
-    c.output = output;
-    c.events = events;
-    c.min_lr = std::min(c.min_lr, c.lr);
-    c.validate();
-    return c;
-  }
-};
 
 // The table rtrain run prints: a row per step record, the evaluation beside it.
 std::vector<Column> run_columns() {
@@ -131,8 +39,7 @@ std::vector<Column> run_columns() {
           {"GRAD_NORM", "grad_norm", num("{:.4g}", 1)}};
 }
 
-int run_main(Tool& tool, const RunFlags& flags) {
-  const TrainConfig c = flags.resolve();
+int run_main(Tool& tool, const TrainConfig& c) {
   const CommonOptions& o = tool.options();
   std::ofstream events_file;
   std::ostream* events = nullptr;
@@ -248,10 +155,11 @@ int main(int argc, char** argv) {
   launch_cmd->add_option("command", o.command, "The training command, after --")->type_name("CMD");
   auto* run_cmd =
       tool.add_subcommand("run", "Train an MLP natively, data parallel under rtrain launch, with checkpoints");
-  RunFlags run_flags;
-  run_flags.add(run_cmd);
+  std::string run_config;
+  run_cmd->add_option("config", run_config, "Run configuration (TOML); flags override it")->type_name("CONFIG.toml");
+  const OptionFlags run_flags = run_options().add_to(*run_cmd);
   return tool.run(argc, argv, [&]() -> int {
-    if (*run_cmd) return run_main(tool, run_flags);
+    if (*run_cmd) return run_main(tool, resolve_run_config(run_config, run_flags));
     if (*launch_cmd) {
       o.nproc = nproc_per_node(nproc);
       slurm_defaults(o, nnodes_opt->count() > 0, node_rank_opt->count() > 0, master_addr_opt->count() > 0);

@@ -2,11 +2,12 @@
 #include "train_config.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <map>
-#include <set>
+#include <cstdlib>
 
 #include "rkit/config.hpp"
 #include "rkit/error.hpp"
@@ -15,50 +16,92 @@
 namespace rkit::rtrain {
 namespace {
 
-// Every key a run configuration may hold, by table.
-const std::map<std::string, std::set<std::string>> kKeys = {
-    {"model", {"layers", "activation", "loss"}},
-    {"data", {"source", "rows", "factors", "noise", "eval_fraction"}},
-    {"train",
-     {"batch_size", "steps", "epochs", "lr", "min_lr", "weight_decay", "beta1", "beta2", "eps", "warmup_steps",
-      "clip_grad_norm", "eval_every", "log_every", "seed", "target_loss", "device", "threads", "bucket_mb"}},
-    {"checkpoint", {"every", "dir", "pack"}},
-};
+using Options = OptionTable<TrainConfig>;
 
-void check_keys(const Config& cfg) {
-  for (const auto& [table, node] : cfg.table) {
-    const std::string name(table.str());
-    const auto known = kKeys.find(name);
-    if (known == kKeys.end() || !node.is_table())
-      throw Error(Exit::Config,
-                  fmt::format("{}: unknown table '{}' (expected [model], [data], [train] or [checkpoint])",
-                              cfg.where(name), name));
-    for (const auto& [key, _] : *node.as_table())
-      if (!known->second.count(std::string(key.str())))
-        throw Error(Exit::Config, fmt::format("{}:{}:{}: unknown key '{}.{}'", cfg.path, key.source().begin.line,
-                                              key.source().begin.column, name, key.str()));
+// model.layers = [8, 4, 1] as --layers spells it, "8,4,1" (an item that is not an
+// integer as "?", for parse_layers to refuse).
+std::string layers_text(const Config& cfg, const std::string& key) {
+  const toml::array* arr = cfg.table.at_path(key).as_array();
+  if (!arr) throw Error(Exit::Config, fmt::format("{}: '{}' must be an array of sizes", cfg.where(key), key));
+  std::vector<std::string> sizes;
+  for (const auto& v : *arr) {
+    const auto n = v.value_exact<std::int64_t>();
+    sizes.push_back(n ? std::to_string(*n) : std::string("?"));
   }
-}
-
-// A non-negative integer at `key`, when present.
-std::optional<std::uint64_t> count_at(const Config& cfg, const std::string& key) {
-  auto v = cfg.get_number(key);
-  if (!v) return std::nullopt;
-  if (*v < 0 || *v != std::floor(*v) || *v > 9e15)
-    throw Error(Exit::Config, fmt::format("{}: '{}' must be a whole number, 0 or more", cfg.where(key), key));
-  return static_cast<std::uint64_t>(*v);
-}
-
-template <typename F>
-auto meaning(const Config& cfg, const std::string& key, F&& parse) {
-  try {
-    return parse();
-  } catch (const Error& e) {
-    throw Error(Exit::Config, fmt::format("{}: {}", cfg.where(key), e.what()));
-  }
+  return fmt::format("{}", fmt::join(sizes, ","));
 }
 
 }  // namespace
+
+const OptionTable<TrainConfig>& run_options() {
+  using C = TrainConfig;
+  static const Options kOptions(
+      {"model", "data", "train", "checkpoint"},
+      {
+          Options::whole("--steps", "train.steps", &C::steps, "N", "Optimizer steps (default 1000)"),
+          Options::whole("--epochs", "train.epochs", &C::epochs, "N",
+                         "Passes over the training rows, instead of --steps"),
+          Options::whole("--batch-size", "train.batch_size", &C::batch_size, "N",
+                         "Rows per rank per step (default 512)"),
+          Options::custom(
+              "--layers", "model.layers", [](C& c, const std::string& v) { c.layers = parse_layers(v); }, "LIST",
+              "Layer sizes, inputs to outputs (default 256,1024,1024,1)", layers_text),
+          Options::custom(
+              "--activation", "model.activation",
+              [](C& c, const std::string& v) { c.activation = parse_activation(v); }, "ACT",
+              "gelu or relu (default gelu)"),
+          Options::custom(
+              "--loss", "model.loss", [](C& c, const std::string& v) { c.loss = parse_loss(v); }, "LOSS",
+              "mse (regression) or cross_entropy (classes) (default mse)"),
+          Options::text("--data", "data.source", &C::data, "FILE",
+                        "synthetic, or a .csv, .npy or .safetensors file (default synthetic)"),
+          Options::whole("--rows", "data.rows", &C::rows, "N", "Rows of synthetic data (default 100000)"),
+          Options::whole("", "data.factors", &C::factors, "N", "Latent factors of synthetic data (default 8)"),
+          Options::number("", "data.noise", &C::noise, "X", "Noise scale of synthetic data (default 0.5)"),
+          Options::number("", "data.eval_fraction", &C::eval_fraction, "X",
+                          "The tail of the rows held out for evaluation (default 0.05)"),
+          Options::whole("--seed", "train.seed", &C::seed, "N", "Seed of weights, data and shuffling (default 0)"),
+          Options::number("--lr", "train.lr", &C::lr, "X", "Peak learning rate of AdamW (default 0.001)"),
+          Options::number("", "train.min_lr", &C::min_lr, "X", "Where the cosine decay ends (default 0)"),
+          Options::number("--weight-decay", "train.weight_decay", &C::weight_decay, "X",
+                          "AdamW weight decay (default 0.01)"),
+          Options::number("", "train.beta1", &C::beta1, "X", "AdamW beta1 (default 0.9)"),
+          Options::number("", "train.beta2", &C::beta2, "X", "AdamW beta2 (default 0.999)"),
+          Options::number("", "train.eps", &C::eps, "X", "AdamW epsilon (default 1e-8)"),
+          Options::whole("--warmup-steps", "train.warmup_steps", &C::warmup_steps, "N",
+                         "Linear warm-up steps before the cosine decay (default 100)"),
+          Options::number("--clip-grad-norm", "train.clip_grad_norm", &C::clip_grad_norm, "X",
+                          "Clip the gradient's L2 norm to this (0: off; default 1)"),
+          Options::whole("--eval-every", "train.eval_every", &C::eval_every, "N",
+                         "Evaluate on the held-out rows every N steps (default: at the end)"),
+          Options::whole("--log-every", "train.log_every", &C::log_every, "N",
+                         "Report a step record every N steps (default 10)"),
+          Options::number("--target-loss", "train.target_loss", &C::target_loss, "X",
+                          "Report the time until the evaluation loss first reaches this"),
+          Options::text("--device", "train.device", &C::device, "DEV", "cpu or cuda (default cpu)"),
+          Options::whole(
+              "--threads", "train.threads",
+              [](C& c, std::int64_t v) { c.threads = static_cast<int>(std::min<std::int64_t>(v, 4096)); }, "N",
+              "CPU threads for the matrix products (default: the usable cores shared among this node's ranks)"),
+          Options::number("--bucket-mb", "train.bucket_mb", &C::bucket_mb, "MB",
+                          "Gradient all-reduce bucket size in MiB (default 1)"),
+          Options::whole("--ckpt-every", "checkpoint.every", &C::ckpt_every, "N",
+                         "Checkpoint every N steps and at the end (default 0: never)"),
+          Options::text("--ckpt-dir", "checkpoint.dir", &C::ckpt_dir, "D",
+                        "Checkpoint folder (default $RKIT_CKPT_DIR)"),
+          Options::boolean("", "checkpoint.pack", &C::pack,
+                           "rckpt pack each checkpoint in the background (default true)"),
+          Options::boolean("--no-pack", "", &C::pack, "Keep checkpoints as step-N/ folders: do not rckpt pack them",
+                           /*when_given=*/false),
+          Options::text("--resume-from", "", &C::resume_from, "PATH",
+                        "Resume from this step-N/ folder or .rkpt (default: the newest in the checkpoint folder, else "
+                        "$RKIT_RESUME_FROM)"),
+          Options::text("--output", "", &C::output, "FILE", "Write the final weights here (safetensors)"),
+          Options::text("--events", "", &C::events, "FILE",
+                        "Also write every rkit.train.event.v1 record here (- for stdout)"),
+      });
+  return kOptions;
+}
 
 kernels::Activation parse_activation(const std::string& name) {
   if (name == "gelu") return kernels::Activation::Gelu;
@@ -92,55 +135,26 @@ std::vector<std::size_t> parse_layers(const std::string& text) {
 
 TrainConfig load_train_config(const std::string& path) {
   Config cfg = load_config(path);  // path is explicit: a missing file is NoInput
-  check_keys(cfg);
   TrainConfig c;
-  if (auto node = cfg.table.at_path("model.layers")) {
-    const toml::array* arr = node.as_array();
-    std::string text;
-    if (!arr)
-      throw Error(Exit::Config, fmt::format("{}: 'model.layers' must be an array of sizes", cfg.where("model.layers")));
-    for (const auto& v : *arr) {
-      auto n = v.value_exact<std::int64_t>();
-      text += (text.empty() ? "" : ",") + (n ? std::to_string(*n) : std::string("?"));
-    }
-    c.layers = meaning(cfg, "model.layers", [&] { return parse_layers(text); });
-  }
-  if (auto v = cfg.get_string("model.activation"))
-    c.activation = meaning(cfg, "model.activation", [&] { return parse_activation(*v); });
-  if (auto v = cfg.get_string("model.loss")) c.loss = meaning(cfg, "model.loss", [&] { return parse_loss(*v); });
-  if (auto v = cfg.get_string("data.source")) c.data = *v;
-  if (auto v = count_at(cfg, "data.rows")) c.rows = *v;
-  if (auto v = count_at(cfg, "data.factors")) c.factors = *v;
-  if (auto v = cfg.get_number("data.noise")) c.noise = *v;
-  if (auto v = cfg.get_number("data.eval_fraction")) c.eval_fraction = *v;
-  if (auto v = count_at(cfg, "train.batch_size")) c.batch_size = *v;
-  if (auto v = count_at(cfg, "train.steps")) c.steps = *v;
-  if (auto v = count_at(cfg, "train.epochs")) c.epochs = *v;
+  run_options().apply_file(cfg, c);
   if (c.epochs > 0 && !cfg.table.at_path("train.steps")) c.steps = 0;  // epochs alone: the file means epochs
-  for (auto [key, field] : {std::pair{"train.lr", &c.lr},
-                            {"train.min_lr", &c.min_lr},
-                            {"train.weight_decay", &c.weight_decay},
-                            {"train.beta1", &c.beta1},
-                            {"train.beta2", &c.beta2},
-                            {"train.eps", &c.eps},
-                            {"train.clip_grad_norm", &c.clip_grad_norm},
-                            {"train.bucket_mb", &c.bucket_mb}})
-    if (auto v = cfg.get_number(key)) *field = *v;
-  if (auto v = count_at(cfg, "train.warmup_steps")) c.warmup_steps = *v;
-  if (auto v = count_at(cfg, "train.eval_every")) c.eval_every = *v;
-  if (auto v = count_at(cfg, "train.log_every")) c.log_every = *v;
-  if (auto v = count_at(cfg, "train.seed")) c.seed = *v;
-  if (auto v = cfg.get_number("train.target_loss")) c.target_loss = *v;
-  if (auto v = cfg.get_string("train.device")) c.device = *v;
-  if (auto v = count_at(cfg, "train.threads")) c.threads = static_cast<int>(std::min<std::uint64_t>(*v, 4096));
-  if (auto v = count_at(cfg, "checkpoint.every")) c.ckpt_every = *v;
-  if (auto v = cfg.get_string("checkpoint.dir")) c.ckpt_dir = *v;
-  if (auto v = cfg.get_bool("checkpoint.pack")) c.pack = *v;
   try {
     c.validate();
   } catch (const Error& e) {
     throw Error(Exit::Config, fmt::format("{}: {}", path, e.what()));
   }
+  return c;
+}
+
+TrainConfig resolve_run_config(const std::string& path, const OptionFlags& flags) {
+  TrainConfig c = path.empty() ? TrainConfig{} : load_train_config(path);
+  run_options().apply_flags(flags, c);
+  if (flags.given("--epochs") && !flags.given("--steps")) c.steps = 0;  // --epochs alone: the run means epochs
+  if (c.ckpt_dir.empty()) {
+    if (const char* d = std::getenv("RKIT_CKPT_DIR"); d && *d) c.ckpt_dir = d;
+  }
+  c.min_lr = std::min(c.min_lr, c.lr);
+  c.validate();
   return c;
 }
 
@@ -167,9 +181,8 @@ void TrainConfig::validate() const {
 }
 
 std::string TrainConfig::fingerprint() const {
-  std::string l;
-  for (std::size_t s : layers) l += (l.empty() ? "" : ",") + std::to_string(s);
-  return fmt::format("layers={} activation={} loss={}", l, activation == kernels::Activation::Gelu ? "gelu" : "relu",
+  return fmt::format("layers={} activation={} loss={}", fmt::join(layers, ","),
+                     activation == kernels::Activation::Gelu ? "gelu" : "relu",
                      loss == Loss::Mse ? "mse" : "cross_entropy");
 }
 

@@ -3,11 +3,11 @@
 // What `rtrain run` trains and how: the run configuration, read from a TOML file
 // (rtrain(1), CONFIGURATION) with command-line flags over it. Defaults train the
 // reference workload: a 256→1024→1024→1 GELU MLP on synthetic factor-model data,
-// batch 512 per rank, AdamW.
+// batch 512 per rank, AdamW. Every flag and key is declared once, in run_options().
 //
-//   TrainConfig c = load_train_config("run.toml");   // or TrainConfig{} for the defaults
-//   c.steps = 200;                                     // a flag over the file
-//   c.validate();                                      // Error(Usage) naming what is wrong
+//   OptionFlags flags = run_options().add_to(*run_cmd);     // rtrain run's flags
+//   ...parse...
+//   TrainConfig c = resolve_run_config("run.toml", flags);  // flags over the file over the defaults
 #pragma once
 
 #include <cstdint>
@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "mlp.hpp"
+#include "rkit/options.hpp"
 
 namespace rkit::rtrain {
 
@@ -61,6 +62,17 @@ struct TrainConfig {
   // The values that must match between a checkpoint and the run resuming it.
   std::string fingerprint() const;
 };
+
+// rtrain run's options: each flag, each key of the configuration file, or both
+// (rtrain(1), OPTIONS and CONFIGURATION), in --help's order.
+const OptionTable<TrainConfig>& run_options();
+
+// The run that `rtrain run [CONFIG.toml] flags...` describes: the flags given over the
+// file (none when `path` is empty) over the defaults. --epochs without --steps (and
+// epochs without steps in the file) trains for epochs; an empty checkpoint folder
+// defaults to $RKIT_CKPT_DIR; min_lr is at most lr. Errors of the file as
+// load_train_config(), of the flags and of the whole run Error(Usage) (validate()).
+TrainConfig resolve_run_config(const std::string& path, const OptionFlags& flags);
 
 // Reads a run configuration (TOML) over the defaults. Unknown tables or keys and values
 // of the wrong type or range are Error(Config) naming file:line:column; a missing file

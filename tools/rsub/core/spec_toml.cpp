@@ -19,10 +19,11 @@ using namespace spec_rules;
 
 namespace {
 
-// Reads the TOML document; every error names "source:line: key what-is-wrong".
-class TomlReader {
+// Reads the TOML document; every error names "source:line: key what-is-wrong" (the typed
+// reads of rkit::TomlReader, and the spec's own below).
+class SpecReader : private TomlReader {
  public:
-  TomlReader(const toml::table& root, const std::string& source) : root_(root), source_(source) {}
+  SpecReader(const toml::table& root, const std::string& source) : TomlReader(source), root_(root) {}
 
   JobSpec read() const {
     JobSpec spec;
@@ -67,20 +68,15 @@ class TomlReader {
     if (spec.name.empty()) spec.name = default_name(spec.command);
     validate(spec, [&](std::string_view key, const std::string& why) {
       auto node = root_.at_path(key);
-      throw Error(Exit::DataErr, fmt::format("{}: {} {}", node ? where(*node.node()) : source_, key, why));
+      throw Error(Exit::DataErr, fmt::format("{}: {} {}", node ? where(*node.node()) : source(), key, why));
     });
     return spec;
   }
 
  private:
-  std::string where(const toml::node& node) const { return fmt::format("{}:{}", source_, node.source().begin.line); }
-
-  [[noreturn]] void fail(const toml::node& node, std::string_view key, std::string_view why) const {
-    throw Error(Exit::DataErr, fmt::format("{}: {} {}", where(node), key, why));
-  }
   [[noreturn]] void unknown(const toml::key& key, std::string_view prefix) const {
     throw Error(Exit::DataErr,
-                fmt::format("{}:{}: unknown key \"{}{}\"", source_, key.source().begin.line, prefix, key.str()));
+                fmt::format("{}:{}: unknown key \"{}{}\"", source(), key.source().begin.line, prefix, key.str()));
   }
   // A parser's Error(Usage) becomes a data error at `node`.
   template <typename F>
@@ -88,21 +84,6 @@ class TomlReader {
     return with_context(Exit::DataErr, fmt::format("{}: {}", where(node), key), std::forward<F>(parse));
   }
 
-  std::string string(const toml::node& node, std::string_view key) const {
-    if (const auto* s = node.as_string()) return s->get();
-    fail(node, key, "must be a string");
-  }
-  template <typename T = int>
-  T integer(const toml::node& node, std::string_view key) const {
-    const auto* i = node.as_integer();
-    if (!i) fail(node, key, "must be an integer");
-    if (!std::in_range<T>(i->get())) fail(node, key, "is out of range");
-    return static_cast<T>(i->get());
-  }
-  bool boolean(const toml::node& node, std::string_view key) const {
-    if (const auto* b = node.as_boolean()) return b->get();
-    fail(node, key, "must be a boolean");
-  }
   double seconds(const toml::node& node, std::string_view key) const {
     if (const auto* s = node.as_string()) return parse_at(node, key, [&] { return parse_duration(s->get()); });
     if (node.is_number()) return *node.value<double>();
@@ -116,15 +97,6 @@ class TomlReader {
     }
     fail(node, key, "must be a size such as \"16G\" or a number of bytes");
   }
-  const toml::table& table(const toml::node& node, std::string_view key) const {
-    if (const auto* t = node.as_table()) return *t;
-    fail(node, key, "must be a table");
-  }
-  const toml::array& array(const toml::node& node, std::string_view key) const {
-    if (const auto* a = node.as_array()) return *a;
-    fail(node, key, "must be an array");
-  }
-
   std::vector<std::string> command(const toml::node& node) const {
     constexpr std::string_view kWhat = "must be a string or an array of strings";
     if (const auto* s = node.as_string()) {
@@ -277,14 +249,13 @@ class TomlReader {
   }
 
   const toml::table& root_;
-  const std::string& source_;
 };
 
 }  // namespace
 
 JobSpec parse_spec(std::string_view text, const std::string& source) {
   toml::table root = parse_toml(text, source, Exit::DataErr);
-  return TomlReader(root, source).read();
+  return SpecReader(root, source).read();
 }
 
 JobSpec load_spec(const std::string& path) { return parse_spec(read_file(path, kMaxSpecBytes), input_name(path)); }

@@ -3,8 +3,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
-#include <cmath>
-#include <type_traits>
+#include <utility>
 
 #include "daemon/daemon.hpp"
 #include "rkit/error.hpp"
@@ -12,21 +11,6 @@
 #include "rkit/units.hpp"
 
 namespace rkit::rsub {
-
-namespace {
-
-template <typename T>
-std::optional<T> number(const Config& c, const std::string& key, double min, double max) {
-  const auto v = c.get_number(key);
-  if (!v) return std::nullopt;
-  if (*v < min || *v > max)
-    throw Error(Exit::Config, fmt::format("{}: {} must be between {} and {}", c.where(key), key, min, max));
-  if (std::is_integral_v<T> && *v != std::floor(*v))
-    throw Error(Exit::Config, fmt::format("{}: {} must be a whole number", c.where(key), key));
-  return static_cast<T>(*v);
-}
-
-}  // namespace
 
 Settings load_settings(const Config& c) {
   Settings s;
@@ -47,20 +31,15 @@ Settings load_settings(const Config& c) {
                   fmt::format("{}: rsub.priority.max_age must be at least 1s", c.where("rsub.priority.max_age")));
     s.sched.max_age_s = *v;
   }
-  if (auto v = number<double>(c, "rsub.priority.gpu_weight", 0, 1e6)) s.gpu_weight = *v;
-  if (auto v = number<double>(c, "rsub.priority.weight_fairshare", 0, 1e9)) s.sched.weight_fairshare = *v;
-  if (auto v = number<double>(c, "rsub.priority.weight_age", 0, 1e9)) s.sched.weight_age = *v;
-  if (auto v = number<double>(c, "rsub.priority.weight_priority", 0, 1e9)) s.sched.weight_priority = *v;
-  s.sched.max_running_jobs_per_user = number<int>(c, "rsub.limits.max_running_jobs_per_user", 1, 1e9);
-  if (auto v = number<int>(c, "rsub.limits.max_pids_per_job", 0, 1 << 22)) s.job_pids_max = *v;
-  if (auto v = c.get_string("rsub.policy")) {
-    auto p = parse_policy(*v);
-    if (!p)
-      throw Error(Exit::Config, fmt::format("{}: rsub.policy must be \"pack\" or \"spread\"", c.where("rsub.policy")));
-    s.sched.policy = *p;
-  }
-  s.local_cpus = number<int>(c, "local.cpus", 1, 1 << 20);
-  s.local_gpus = number<int>(c, "local.gpus", 0, 1024);
+  if (auto v = c.get_number("rsub.priority.gpu_weight", 0, 1e6)) s.gpu_weight = *v;
+  if (auto v = c.get_number("rsub.priority.weight_fairshare", 0, 1e9)) s.sched.weight_fairshare = *v;
+  if (auto v = c.get_number("rsub.priority.weight_age", 0, 1e9)) s.sched.weight_age = *v;
+  if (auto v = c.get_number("rsub.priority.weight_priority", 0, 1e9)) s.sched.weight_priority = *v;
+  s.sched.max_running_jobs_per_user = c.get_whole("rsub.limits.max_running_jobs_per_user", 1, 1'000'000'000);
+  if (auto v = c.get_whole("rsub.limits.max_pids_per_job", 0, 1 << 22)) s.job_pids_max = static_cast<int>(*v);
+  if (auto v = c.get_choice("rsub.policy", {"pack", "spread"})) s.sched.policy = *parse_policy(*v);
+  s.local_cpus = c.get_whole("local.cpus", 1, 1 << 20);
+  s.local_gpus = c.get_whole("local.gpus", 0, 1024);
   if (auto v = c.get_string("local.memory")) {
     try {
       s.local_memory = parse_size(*v);
@@ -68,31 +47,20 @@ Settings load_settings(const Config& c) {
       throw Error(Exit::Config, fmt::format("{}: local.memory: {}", c.where("local.memory"), e.what()));
     }
   }
-  if (const auto* admins = c.get_array("rsub.admins")) {
-    for (const auto& a : *admins) {
-      if (!a.is_string())
-        throw Error(Exit::Config, fmt::format("{}: rsub.admins must list user names", c.where("rsub.admins")));
-      s.admins.push_back(a.value<std::string>().value_or(""));
-    }
-  }
+  if (auto admins = c.get_strings("rsub.admins")) s.admins = std::move(*admins);
   s.tenants_of_users = c.get_string_map("rsub.users");
   if (const auto* tenants = c.get_table("rsub.tenants"))
     for (const auto& [name, _] : *tenants) {
       const std::string key = "rsub.tenants." + std::string(name.str());
       TenantPolicy t;
-      if (auto v = number<double>(c, key + ".shares", 0, 1e9)) t.shares = *v;
-      t.max_gpus = number<int>(c, key + ".max_gpus", 0, 1 << 20);
-      t.max_cpus = number<int>(c, key + ".max_cpus", 0, 1 << 20);
+      if (auto v = c.get_number(key + ".shares", 0, 1e9)) t.shares = *v;
+      t.max_gpus = c.get_whole(key + ".max_gpus", 0, 1 << 20);
+      t.max_cpus = c.get_whole(key + ".max_cpus", 0, 1 << 20);
       s.sched.tenants[std::string(name.str())] = t;
       TenantAccess& access = s.tenant_access[std::string(name.str())];
       for (auto [field, out] : {std::pair{".users", &access.users}, std::pair{".groups", &access.groups}})
-        if (const auto* list = c.get_array(key + field))
-          for (const auto& v : *list) {
-            if (!v.is_string())
-              throw Error(Exit::Config, fmt::format("{}: {}{} must list names", c.where(key + field), key, field));
-            out->push_back(*v.value<std::string>());
-          }
-      if (auto v = number<double>(c, key + ".max_job_cost", 0, 1e12)) s.max_job_cost[std::string(name.str())] = *v;
+        if (auto names = c.get_strings(key + field)) *out = std::move(*names);
+      if (auto v = c.get_number(key + ".max_job_cost", 0, 1e12)) s.max_job_cost[std::string(name.str())] = *v;
     }
   s.backends.push_back(local_backend_config(s.dir));
   if (const auto* backends = c.get_table("rsub.backends"))
