@@ -27,6 +27,7 @@ tests=(
   prometheus  # tests/integration: a real Prometheus scrapes rtop serve
   dpkg-dev file  # tests/cli/package.bats builds the .deb as make package does
   clang-format  # tests/cli/layout.bats: the C++ layout of .clang-format
+  snakemake  # tests/cli/rsub_snakemake.bats: Snakemake 7 runs workflows through rkit's profile
 )
 bench=(hyperfine bsdextrautils time zstd python3 python3-numpy fio likwid python3-torch libopenblas0
   slurmctld slurmd slurm-client munge  # bench/rsub.sh starts a single-node Slurm

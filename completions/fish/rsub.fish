@@ -10,6 +10,8 @@ complete -c rsub -n '__fish_use_subcommand' -a release -d 'Let held jobs start'
 complete -c rsub -n '__fish_use_subcommand' -a wait -d 'Wait for jobs to end; exit with the job\'s exit code (the highest)'
 complete -c rsub -n '__fish_use_subcommand' -a status -d 'Queue pressure: pending and running jobs per tenant'
 complete -c rsub -n '__fish_use_subcommand' -a why -d 'Why a pending job is not running'
+complete -c rsub -n '__fish_use_subcommand' -a snakemake -d 'Snakemake\'s cluster commands, as rkit\'s profile runs them'
+complete -c rsub -n '__fish_use_subcommand' -a workflow -d 'Run snakemake with rkit\'s profile: each rule an rsub job'
 complete -c rsub -n '__fish_use_subcommand' -a daemon -d 'Run the scheduler (started by the first submit)'
 complete -c rsub -l help -s h -d 'Print this help message and exit'
 complete -c rsub -l version -d 'Print the tool, version and git revision'
@@ -21,6 +23,8 @@ complete -c rsub -l config -r -F -d 'Configuration file (TOML); see rkit(7)'
 complete -c rsub -l name -s n -x -d 'Job name (default: the command\'s name)'
 complete -c rsub -l tenant -s t -x -d 'Tenant (desk) charged (default: from rsub.users, else the user)'
 complete -c rsub -l project -x -d 'Project label, for cost reports'
+complete -c rsub -l workflow -x -d 'Workflow the job is a step of (set by the Snakemake profile)'
+complete -c rsub -l rule -x -d 'The workflow\'s rule the job runs'
 complete -c rsub -l workdir -s C -r -F -d 'Working directory (default: the current one)'
 complete -c rsub -l env -s e -x -d 'Set an environment variable (repeatable)'
 complete -c rsub -l tasks -x -d 'Tasks, started together (gang)'
@@ -60,5 +64,12 @@ complete -c rsub -n '__fish_seen_subcommand_from release' -F
 complete -c rsub -n '__fish_seen_subcommand_from wait' -l timeout -x -d 'Give up after this long (exit 75)'
 complete -c rsub -n '__fish_seen_subcommand_from wait' -F
 complete -c rsub -n '__fish_seen_subcommand_from why' -F
+complete -c rsub -n '__fish_seen_subcommand_from snakemake; and not __fish_seen_subcommand_from submit status cancel sidecar' -a submit -d 'Submit a Snakemake job script; print its job id'
+complete -c rsub -n '__fish_seen_subcommand_from snakemake; and not __fish_seen_subcommand_from submit status cancel sidecar' -a status -d 'Print running, success or failed for a job; exit 0'
+complete -c rsub -n '__fish_seen_subcommand_from snakemake; and not __fish_seen_subcommand_from submit status cancel sidecar' -a cancel -d 'Cancel a workflow\'s jobs'
+complete -c rsub -n '__fish_seen_subcommand_from snakemake; and not __fish_seen_subcommand_from submit status cancel sidecar' -a sidecar -d 'Answer status from one query of the workflow\'s jobs per polling round'
+complete -c rsub -n '__fish_seen_subcommand_from submit' -F
+complete -c rsub -n '__fish_seen_subcommand_from status' -F
+complete -c rsub -n '__fish_seen_subcommand_from cancel' -F
 complete -c rsub -n '__fish_seen_subcommand_from daemon' -l foreground -d 'Stay in the foreground (for a service manager)'
 complete -c rsub -n '__fish_seen_subcommand_from daemon' -l once -d 'One scheduling pass, then exit'

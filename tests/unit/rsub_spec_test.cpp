@@ -22,6 +22,8 @@ const std::string kExamples = RKIT_FIXTURES "/../../examples/jobs/";
 const char* const kFullSpec = R"(name = "sim-42"
 tenant = "desk-a"
 project = "alpha"
+workflow = "pipeline"
+rule = "features"
 command = ["python3", "sim.py", "--seed", "42"]
 workdir = "/data/sim"
 env = { OMP_NUM_THREADS = "4", SEED = "42" }
@@ -62,6 +64,8 @@ JobSpec spec_of(std::vector<std::string> argv) {
 
 TEST(RsubSpecParse, ReadsEveryKey) {
   JobSpec s = parse_spec(kFullSpec, "full.toml");
+  EXPECT_EQ(s.workflow, "pipeline");
+  EXPECT_EQ(s.rule, "features");
   EXPECT_EQ(s.name, "sim-42");
   EXPECT_EQ(s.tenant, "desk-a");
   EXPECT_EQ(s.project, "alpha");
@@ -246,9 +250,9 @@ TEST(RsubSpecJson, NormalisedForm) {
   Json j = s.to_json();
   std::vector<std::string> keys;
   for (const auto& [k, v] : j.items()) keys.push_back(k);
-  EXPECT_EQ(keys, (std::vector<std::string>{"name", "tenant", "project", "command", "workdir", "env", "resources",
-                                            "time_limit_s", "retry", "array", "depends", "priority", "backend", "hold",
-                                            "slurm", "kubernetes"}));
+  EXPECT_EQ(keys, (std::vector<std::string>{"name", "tenant", "project", "workflow", "rule", "command", "workdir",
+                                            "env", "resources", "time_limit_s", "retry", "array", "depends", "priority",
+                                            "backend", "hold", "slurm", "kubernetes"}));
   EXPECT_TRUE(j["time_limit_s"].is_null());
   EXPECT_TRUE(j["array"].is_null());
   EXPECT_TRUE(j["env"].is_object());

@@ -316,7 +316,7 @@ TEST(RsubStoreRemote, Version1StoreIsMigrated) {
     EXPECT_EQ(store.resolve("slurm:77").at(0).id, 2);
     EXPECT_EQ(store.jobs(all_jobs()).size(), 2u);
   }
-  EXPECT_EQ(user_version(dir.path()), 4);
+  EXPECT_EQ(user_version(dir.path()), 5);
   Store again(dir.path());  // a second open does not migrate again
   EXPECT_EQ(again.job(2)->backend, "slurm");
   EXPECT_EQ(again.job(1)->backend, "local");
@@ -325,10 +325,10 @@ TEST(RsubStoreRemote, Version1StoreIsMigrated) {
 TEST(RsubStoreRemote, NewerSchemaIsRefused) {
   testing::TempDir dir;
   Store(dir.path()).job(1);
-  sql(dir.path(), "PRAGMA user_version=5");
+  sql(dir.path(), "PRAGMA user_version=6");
   const Error e = testing::error_of([&] { Store store(dir.path()); });
   EXPECT_EQ(e.code(), Exit::DataErr);
-  EXPECT_NE(std::string(e.what()).find("schema version 5"), std::string::npos) << e.what();
+  EXPECT_NE(std::string(e.what()).find("schema version 6"), std::string::npos) << e.what();
 }
 
 // A version 2 store (before the captured environment and the cgroup's measures) gains
@@ -341,13 +341,42 @@ TEST(RsubStoreRemote, Version2StoreIsMigrated) {
   }
   sql(dir.path(),
       "ALTER TABLE jobs DROP COLUMN environ; ALTER TABLE jobs DROP COLUMN cpu_s; "
-      "ALTER TABLE jobs DROP COLUMN peak_memory_bytes; PRAGMA user_version=2");
+      "ALTER TABLE jobs DROP COLUMN peak_memory_bytes; DROP INDEX jobs_workflow; ALTER TABLE jobs DROP COLUMN "
+      "workflow; "
+      "PRAGMA user_version=2");
   Store store(dir.path());
-  EXPECT_EQ(user_version(dir.path()), 4);
+  EXPECT_EQ(user_version(dir.path()), 5);
   EXPECT_FALSE(store.environment(1));
   EXPECT_FALSE(store.job(1)->cpu_s);
   const auto ids = store.submit(simple("new"), kAlice, 200, {"PATH=/bin", "HOME=/home/alice"});
   EXPECT_EQ(*store.environment(ids.front()), (std::vector<std::string>{"PATH=/bin", "HOME=/home/alice"}));
+}
+
+// A version 4 store (before workflows) gains jobs.workflow; its jobs are in none, and a
+// workflow's jobs are listed by it.
+TEST(RsubStoreRemote, Version4StoreIsMigrated) {
+  testing::TempDir dir;
+  {
+    Store store(dir.path());
+    store.submit(simple("old"), kAlice, 100);
+  }
+  sql(dir.path(), "DROP INDEX jobs_workflow; ALTER TABLE jobs DROP COLUMN workflow; PRAGMA user_version=4");
+  Store store(dir.path());
+  EXPECT_EQ(user_version(dir.path()), 5);
+  JobSpec step = simple("train");
+  step.workflow = "pipeline";
+  step.rule = "train";
+  const auto ids = store.submit(step, kAlice, 200);
+  JobFilter filter = all_jobs();
+  filter.workflow = "pipeline";
+  const auto jobs = store.jobs(filter);
+  ASSERT_EQ(jobs.size(), 1u);
+  EXPECT_EQ(jobs[0].id, ids.front());
+  const Json record = jobs[0].to_json();
+  EXPECT_EQ(record["workflow"], "pipeline");
+  EXPECT_EQ(record["rule"], "train");
+  EXPECT_TRUE(store.job(1)->to_json()["workflow"].is_null());
+  EXPECT_EQ(store.jobs(all_jobs()).size(), 2u);
 }
 
 // Counts the connections that have found SQLite's write lock taken (the WAL write lock,
@@ -486,7 +515,7 @@ TEST(RsubStoreRemote, ConcurrentFirstOpensOfAVersion1StoreAllSucceed) {
   sqlite3_close(db);
   for (auto& t : threads) t.join();
   for (const auto& e : errors) EXPECT_EQ(e, "");
-  EXPECT_EQ(user_version(dir.path()), 4);
+  EXPECT_EQ(user_version(dir.path()), 5);
 }
 
 TEST(RsubStoreRemote, DaemonIgnoresRemoteJobs) {

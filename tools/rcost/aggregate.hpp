@@ -106,6 +106,8 @@ inline std::uint32_t attribute(const Job& j, Key k) {
     case Key::Tenant: return j.tenant;
     case Key::User: return j.user;
     case Key::Project: return j.project;
+    case Key::Workflow: return j.workflow;
+    case Key::Rule: return j.rule;
     case Key::GpuType: return j.gpu_type;
     case Key::Backend: return j.backend;
     case Key::Node: return j.node;

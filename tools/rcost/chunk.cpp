@@ -29,6 +29,8 @@ enum class JobField {
   Tenant,
   User,
   Project,
+  Workflow,
+  Rule,
   GpuType,
   Host,
   State,
@@ -49,6 +51,7 @@ JobField job_field(std::string_view k) {
     case 4:
       return is(k, "user")   ? JobField::User
              : is(k, "host") ? JobField::Host
+             : is(k, "rule") ? JobField::Rule
              : is(k, "cpus") ? JobField::Cpus
              : is(k, "gpus") ? JobField::Gpus
                              : JobField::Other;
@@ -59,7 +62,7 @@ JobField job_field(std::string_view k) {
                               : JobField::Other;
     case 6: return is(k, "tenant") ? JobField::Tenant : JobField::Other;
     case 7: return is(k, "backend") ? JobField::Backend : is(k, "project") ? JobField::Project : JobField::Other;
-    case 8: return is(k, "gpu_type") ? JobField::GpuType : JobField::Other;
+    case 8: return is(k, "gpu_type") ? JobField::GpuType : is(k, "workflow") ? JobField::Workflow : JobField::Other;
     case 10: return is(k, "end_unix_s") ? JobField::End : is(k, "cpu_used_s") ? JobField::CpuUsed : JobField::Other;
     case 12: return is(k, "start_unix_s") ? JobField::Start : JobField::Other;
     case 13: return is(k, "submit_unix_s") ? JobField::Submit : JobField::Other;
@@ -85,8 +88,8 @@ constexpr double kMaxSampleInterval = 86400;                          // rtop sa
 bool plausible_time(double t) { return t >= 0 && t < 8589934592.0; }  // 2^33 s: year 2242
 
 // Fields whose last value is cached (ChunkParser::name).
-enum class Slot { Backend, Tenant, User, Project, GpuType, Host, State, Other };
-constexpr std::size_t kSlots = 8;
+enum class Slot { Backend, Tenant, User, Project, Workflow, Rule, GpuType, Host, State, Other };
+constexpr std::size_t kSlots = 10;
 
 class ChunkParser {
  public:
@@ -266,6 +269,12 @@ class ChunkParser {
           break;
         case JobField::Project:
           if (!name(v, key, j.project, true, Slot::Project, opt_.projects)) return false;
+          break;
+        case JobField::Workflow:
+          if (!name(v, key, j.workflow, true, Slot::Workflow, opt_.workflows)) return false;
+          break;
+        case JobField::Rule:
+          if (!name(v, key, j.rule, true, Slot::Rule, opt_.workflows)) return false;
           break;
         case JobField::GpuType:
           if (!name(v, key, j.gpu_type, true, Slot::GpuType)) return false;

@@ -96,9 +96,11 @@ int main(int argc, char** argv) {
   report_cmd->add_option("files", files, "rkit.job.v1 and rkit.sample.v1 records, or sacct -P text (- for stdin)")
       ->type_name("FILE");
   report_cmd
-      ->add_option("--by", by,
-                   "Group by these keys, comma-separated: tenant, user, project, gpu_type, backend, node, partition, "
-                   "state, job, day, month (default tenant)")
+      ->add_option(
+          "--by", by,
+          "Group by these keys, comma-separated: tenant, user, project, workflow, rule, gpu_type, backend, node, "
+          "partition, "
+          "state, job, day, month (default tenant)")
       ->type_name("KEYS");
   report_cmd
       ->add_option("--since", since,
@@ -188,6 +190,7 @@ int main(int argc, char** argv) {
       rd.ids = keyed(Key::Job);
       rd.users = keyed(Key::User);
       rd.projects = keyed(Key::Project);
+      rd.workflows = keyed(Key::Workflow) || keyed(Key::Rule);
       rd.states = keyed(Key::State);
       OutputFormat fmt = common.json ? OutputFormat::Json : common.csv ? OutputFormat::Csv : OutputFormat::Table;
       if (format == "json")

@@ -51,6 +51,7 @@ class Strings {
 // when absent (never started, still running).
 struct Job {
   std::uint32_t tenant = 0, user = 0, project = 0, gpu_type = 0, backend = 0, node = 0, partition = 0, state = 0;
+  std::uint32_t workflow = 0, rule = 0;  // the workflow a job is a step of, and its rule (0: none)
   double submit = kNone, eligible = kNone, start = kNone, end = kNone;
   double cpus = 0, gpus = 0, memory_bytes = 0;
   double cpu_used_s = kNone;  // CPU seconds its cgroup measured (rkit.job.v1 cpu_used_s), when known
@@ -126,7 +127,7 @@ struct ReadOptions {
   bool strict = false;                                // the first bad record throws Error(DataErr)
   // What to keep of each job beyond what pricing and samples need (tenant, backend, GPU
   // type, host): a report keeps what its keys and format show; the rest is checked only.
-  bool ids = true, users = true, projects = true, states = true;
+  bool ids = true, users = true, projects = true, states = true, workflows = true;
 };
 
 namespace detail {

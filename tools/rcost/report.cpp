@@ -23,9 +23,10 @@ namespace rkit::rcost {
 namespace {
 
 constexpr std::pair<Key, const char*> kKeyNames[] = {
-    {Key::Tenant, "tenant"},   {Key::User, "user"}, {Key::Project, "project"},     {Key::GpuType, "gpu_type"},
-    {Key::Backend, "backend"}, {Key::Node, "node"}, {Key::Partition, "partition"}, {Key::State, "state"},
-    {Key::Job, "job"},         {Key::Day, "day"},   {Key::Month, "month"}};
+    {Key::Tenant, "tenant"},       {Key::User, "user"},        {Key::Project, "project"}, {Key::Workflow, "workflow"},
+    {Key::Rule, "rule"},           {Key::GpuType, "gpu_type"}, {Key::Backend, "backend"}, {Key::Node, "node"},
+    {Key::Partition, "partition"}, {Key::State, "state"},      {Key::Job, "job"},         {Key::Day, "day"},
+    {Key::Month, "month"}};
 
 }  // namespace
 

@@ -19,6 +19,7 @@
 #include "rkit/file.hpp"
 #include "rkit/host.hpp"
 #include "rkit/units.hpp"
+#include "workflow/snakemake.hpp"
 
 namespace {
 
@@ -28,6 +29,9 @@ void add_submit_options(CLI::App* app, rkit::rsub::SpecOverrides& o, bool& dry_r
   app->add_option("-t,--tenant", o.tenant, "Tenant (desk) charged (default: from rsub.users, else the user)")
       ->type_name("T");
   app->add_option("--project", o.project, "Project label, for cost reports")->type_name("P");
+  app->add_option("--workflow", o.workflow, "Workflow the job is a step of (set by the Snakemake profile)")
+      ->type_name("W");
+  app->add_option("--rule", o.rule, "The workflow's rule the job runs")->type_name("R");
   app->add_option("-C,--workdir", o.workdir, "Working directory (default: the current one)")->type_name("DIR");
   app->add_option("-e,--env", o.env, "Set an environment variable (repeatable)")
       ->type_name("K=V")
@@ -69,7 +73,7 @@ std::string regular_file_path(const std::string& path) {
 // Sends the request to the daemon and relays its answer. A personal daemon is started
 // when none answers; a shared one never is (exit 69: nothing was done).
 int call_daemon(const rkit::rsub::Settings& settings, const std::string& exe, const std::string& config_path,
-                const std::string& request) {
+                const std::string& request, const rkit::rsub::OutputSink& sink = rkit::rsub::write_to_own) {
   using namespace rkit;
   using namespace rkit::rsub;
   const std::string path = settings.socket_path();
@@ -95,7 +99,7 @@ int call_daemon(const rkit::rsub::Settings& settings, const std::string& exe, co
     }
   }
   UniqueFd conn(fd);
-  return exchange(conn.get(), request);
+  return exchange(conn.get(), request, sink);
 }
 
 // This program, for the daemon to run: its own path, else "rsub" from PATH.
@@ -119,6 +123,15 @@ int main(int argc, char** argv) {
       return static_cast<int>(Exit::Software);
     }
   }
+  // `rsub workflow ARGS...`: every argument is snakemake's (the subcommand below is its help).
+  if (argc >= 2 && std::string_view(argv[1]) == "workflow" &&
+      !(argc == 3 && (std::string_view(argv[2]) == "--help" || std::string_view(argv[2]) == "-h"))) {
+    try {
+      run_workflow(std::vector<std::string>(argv + 2, argv + argc));
+    } catch (const std::exception& e) {
+      return report_error("rsub", e, std::cerr);
+    }
+  }
   Tool tool("rsub", "Submit jobs to the embedded scheduler (or: rsub [options] -- COMMAND); follow and control them");
   CLI::App& app = tool.app();
 
@@ -140,6 +153,7 @@ int main(int argc, char** argv) {
   ls_cmd->add_flag("-a,--all", filter.all, "Include finished jobs");
   ls_cmd->add_option("--tenant", filter.tenant, "Only this tenant's jobs")->type_name("T");
   ls_cmd->add_option("-u,--user", filter.user, "Only this user's jobs")->type_name("USER");
+  ls_cmd->add_option("--workflow", filter.workflow, "Only this workflow's jobs")->type_name("W");
   ls_cmd->add_option("--state", state, "Only jobs in this state (PENDING, RUNNING, COMPLETED, ...)")->type_name("S");
   bool cached = false;
   ls_cmd->add_flag("--cached", cached, "Remote jobs as last read: do not ask their backends now");
@@ -170,8 +184,26 @@ int main(int argc, char** argv) {
   wait_cmd->add_option("--timeout", wait_timeout, "Give up after this long (exit 75)")->type_name("D");
 
   auto* status_cmd = tool.add_subcommand("status", "Queue pressure: pending and running jobs per tenant");
+  std::string workflow;
+  status_cmd->add_option("--workflow", workflow, "Only this workflow's jobs")->type_name("W");
   auto* why_cmd = tool.add_subcommand("why", "Why a pending job is not running");
-  why_cmd->add_option("id", one_id, "Job id")->required()->type_name("ID");
+  why_cmd->add_option("id", one_id, "Job id")->type_name("ID");
+  why_cmd->add_option("--workflow", workflow, "Why this workflow's next rule waits (instead of an id)")->type_name("W");
+
+  auto* smk_cmd = tool.add_subcommand("snakemake", "Snakemake's cluster commands, as rkit's profile runs them");
+  smk_cmd->require_subcommand(1);
+  std::string jobscript;
+  auto* smk_submit = smk_cmd->add_subcommand("submit", "Submit a Snakemake job script; print its job id");
+  smk_submit->add_option("jobscript", jobscript, "The job script Snakemake wrote")->required()->type_name("SCRIPT");
+  auto* smk_status = smk_cmd->add_subcommand("status", "Print running, success or failed for a job; exit 0");
+  smk_status->add_option("id", one_id, "Job id")->required()->type_name("ID");
+  auto* smk_cancel = smk_cmd->add_subcommand("cancel", "Cancel a workflow's jobs");
+  smk_cancel->add_option("id", ids, "Job ids")->required()->type_name("ID");
+  auto* smk_sidecar =
+      smk_cmd->add_subcommand("sidecar", "Answer status from one query of the workflow's jobs per polling round");
+
+  auto* workflow_cmd = tool.add_subcommand("workflow", "Run snakemake with rkit's profile: each rule an rsub job");
+  workflow_cmd->footer("Every argument after workflow is snakemake's (e.g. rsub workflow --cores 2 all).");
 
   auto* daemon_cmd = tool.add_subcommand("daemon", "Run the scheduler (started by the first submit)");
   bool foreground = false, once = false;
@@ -225,6 +257,30 @@ int main(int argc, char** argv) {
       return *fill_cmd ? bench_fill(ctx, fill_jobs, fill_tenants, fill_held) : bench_pass(ctx);
     }
     // Everything else is a request to the daemon, which alone opens the job store.
+    // A personal daemon follows its user's configuration file (a regular one: not a pipe).
+    const std::string config = regular_file_path(tool.config().path);
+    auto finish = [&](Json& request) {
+      static const char* formats[] = {"table", "json", "csv"};
+      if (!request.contains("format")) request["format"] = formats[static_cast<int>(opts.format())];
+      request["quiet"] = opts.quiet;
+      request["verbose"] = opts.verbose;
+      if (!config.empty()) request["config"] = bytes_json(config);
+      char cwd[PATH_MAX];
+      if (::getcwd(cwd, sizeof cwd)) request["cwd"] = bytes_json(cwd);
+    };
+    if (*smk_cmd) {
+      const AskDaemon ask = [&](Json request) {
+        finish(request);
+        Answer a;
+        a.code = call_daemon(settings, rsub_exe(), tool.config().path, to_json_line(request),
+                             [&a](int stream, std::string_view bytes) { (stream == 1 ? a.out : a.err) += bytes; });
+        return a;
+      };
+      if (*smk_submit) return snakemake_submit(jobscript, ask, std::cout);
+      if (*smk_status) return snakemake_status(one_id, ask, std::cout);
+      if (*smk_cancel) return snakemake_cancel(ids, ask);
+      if (*smk_sidecar) return snakemake_sidecar(ask, std::cout);
+    }
     Json request;
     if (*submit_cmd || app.get_subcommands().empty()) {
       if (*submit_cmd && spec_file.empty() && over.command.empty())
@@ -244,6 +300,7 @@ int main(int argc, char** argv) {
       request = {{"cmd", "ls"}, {"all", filter.all}, {"state", state}, {"cached", cached}};
       if (filter.tenant) request["tenant"] = *filter.tenant;
       if (filter.user) request["user"] = *filter.user;
+      if (filter.workflow) request["workflow"] = *filter.workflow;
     } else if (*show_cmd) {
       request = {{"cmd", "show"}, {"ids", ids}};
     } else if (*logs_cmd) {
@@ -255,18 +312,13 @@ int main(int argc, char** argv) {
       if (!wait_timeout.empty()) request["timeout_s"] = parse_duration(wait_timeout);
     } else if (*status_cmd) {
       request = {{"cmd", "status"}};
+      if (!workflow.empty()) request["workflow"] = workflow;
     } else if (*why_cmd) {
+      if (one_id.empty() == workflow.empty()) usage_error("why needs a job id or --workflow W (not both)");
       request = {{"cmd", "why"}, {"id", one_id}};
+      if (!workflow.empty()) request["workflow"] = workflow;
     }
-    static const char* formats[] = {"table", "json", "csv"};
-    request["format"] = formats[static_cast<int>(opts.format())];
-    request["quiet"] = opts.quiet;
-    request["verbose"] = opts.verbose;
-    // A personal daemon follows its user's configuration file (a regular one: not a pipe).
-    const std::string config = regular_file_path(tool.config().path);
-    if (!config.empty()) request["config"] = bytes_json(config);
-    char cwd[PATH_MAX];
-    if (::getcwd(cwd, sizeof cwd)) request["cwd"] = bytes_json(cwd);
+    finish(request);
     // Ids and names that are not UTF-8 go with U+FFFD for their bad bytes (no job has
     // them); paths and what a job runs with go as bytes_json.
     return call_daemon(settings, rsub_exe(), tool.config().path, to_json_line(request));

@@ -322,7 +322,7 @@ int wait(Context& ctx, const std::vector<std::string>& ids, std::optional<double
   return code;
 }
 
-int status(Context& ctx) {
+int status(Context& ctx, const std::optional<std::string>& workflow) {
   Store& store = ctx.store();
   std::vector<std::unique_ptr<Backend>> backends;
   for (const auto& b : ctx.settings.backends) {
@@ -337,7 +337,9 @@ int status(Context& ctx) {
   Row total;
   const double now = now_s();
   const Json passes = ctx.passes ? Json(ctx.passes()) : Json(nullptr);  // before the jobs are read
-  store.each_job({}, [&](const JobRecord& j) {
+  JobFilter of_workflow;
+  of_workflow.workflow = workflow;
+  store.each_job(of_workflow, [&](const JobRecord& j) {
     for (Row* r : {&rows[{j.backend, j.spec.tenant}], &total}) {
       if (j.state == JobState::Pending) {
         ++r->pending;
@@ -370,7 +372,8 @@ int status(Context& ctx) {
                 {"cpus_total", total("cpus")},
                 {"gpus_total", total("gpus")},
                 {"oldest_pending_s", std::isfinite(r.oldest_submit) ? Json(now - r.oldest_submit) : Json(nullptr)},
-                {"daemon_passes", backend == "*" ? passes : Json(nullptr)}};
+                {"daemon_passes", backend == "*" ? passes : Json(nullptr)},
+                {"workflow", workflow ? Json(*workflow) : Json(nullptr)}};
   };
   auto age = [](const Json& v) {
     return v.is_null() ? std::string("-") : format_duration(std::floor(v.get<double>()));
@@ -391,8 +394,25 @@ int status(Context& ctx) {
   return 0;
 }
 
-int why(Context& ctx, const std::string& id) {
+int why(Context& ctx, const std::string& id, const std::optional<std::string>& workflow) {
   Store& store = ctx.store();
+  if (workflow) {  // its next rule: the first of its jobs that waits
+    JobFilter f;
+    f.workflow = workflow;
+    f.state = JobState::Pending;
+    const std::vector<JobRecord> waiting = store.jobs(f);
+    if (waiting.empty()) {
+      f.state = JobState::Running;
+      const std::size_t running = store.jobs(f).size();
+      *ctx.out << fmt::format("workflow {}: no job waits ({} running)\n", *workflow, running);
+      return 0;
+    }
+    if (ctx.format == Format::Table)
+      *ctx.out << fmt::format("workflow {}: {} {}; the first is rule {}\n", *workflow, waiting.size(),
+                              waiting.size() == 1 ? "job waits" : "jobs wait",
+                              waiting.front().spec.rule.empty() ? "-" : waiting.front().spec.rule);
+    return why(ctx, waiting.front().display_id(), std::nullopt);
+  }
   std::vector<JobRecord> jobs = resolve_all(store, {id});
   if (jobs.size() != 1) throw Error(Exit::Usage, fmt::format("{} is an array: name one element, as {}_N", id, id));
   const JobRecord& job = jobs.front();
@@ -573,6 +593,7 @@ int handle_request(Context& ctx, const Json& request) {
     filter.all = r.get<bool>("all", false);
     if (auto t = r.get<std::string>("tenant", ""); !t.empty()) filter.tenant = t;
     if (auto u = r.get<std::string>("user", ""); !u.empty()) filter.user = u;
+    if (auto w = r.get<std::string>("workflow", ""); !w.empty()) filter.workflow = w;
     if (auto st = r.get<std::string>("state", ""); !st.empty()) {
       filter.state = parse_state(st);
       if (!filter.state) throw Error(Exit::DataErr, "request: state " + st + ": not a job state");
@@ -591,8 +612,10 @@ int handle_request(Context& ctx, const Json& request) {
     if (const double t = r.get<double>("timeout_s", -1); t >= 0) timeout = t;
     return wait(ctx, r.ids("ids"), timeout);
   }
-  if (cmd == "status") return status(ctx);
-  if (cmd == "why") return why(ctx, r.get<std::string>("id", ""));
+  const std::string workflow = r.get<std::string>("workflow", "");
+  const auto of_workflow = workflow.empty() ? std::nullopt : std::optional(workflow);
+  if (cmd == "status") return status(ctx, of_workflow);
+  if (cmd == "why") return why(ctx, r.get<std::string>("id", ""), of_workflow);
   throw Error(Exit::Usage, "request: unknown command \"" + cmd + "\"", "the client is newer than the daemon?");
 }
 

@@ -92,8 +92,9 @@ int show(Context& ctx, const std::vector<std::string>& ids);
 int logs(Context& ctx, const std::string& id, bool follow, int task, bool err);
 int control(Context& ctx, const std::vector<std::string>& ids, Control action);
 int wait(Context& ctx, const std::vector<std::string>& ids, std::optional<double> timeout_s);
-int status(Context& ctx);
-int why(Context& ctx, const std::string& id);
+// `workflow`: only that workflow's jobs (status); its first waiting job (why, instead of `id`).
+int status(Context& ctx, const std::optional<std::string>& workflow = std::nullopt);
+int why(Context& ctx, const std::string& id, const std::optional<std::string>& workflow = std::nullopt);
 
 // The exit code `rsub wait` reports for a finished job: 0 COMPLETED, the exit code of a
 // FAILED job (128 + signal when killed, 1 when it never ran), 124 TIMEOUT, 143 CANCELLED,

@@ -26,6 +26,8 @@ std::string spec_record_fields(const JobSpec& spec) {
   return Json{{"name", spec.name},
               {"tenant", spec.tenant},
               {"project", spec.project},
+              {"workflow", spec.workflow.empty() ? Json(nullptr) : Json(spec.workflow)},
+              {"rule", spec.rule.empty() ? Json(nullptr) : Json(spec.rule)},
               {"tasks", r.tasks},
               {"cpus_per_task", r.cpus_per_task},
               {"gpus_per_task", r.gpus_per_task},

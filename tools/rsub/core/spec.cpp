@@ -30,6 +30,8 @@ constexpr std::array<std::pair<DepType, std::string_view>, 3> kDepTypes{
 
 // The flag that sets each validated key, so that an override's error names what was typed.
 constexpr std::pair<std::string_view, std::string_view> kFlagOfKey[] = {{"name", "--name"},
+                                                                        {"workflow", "--workflow"},
+                                                                        {"rule", "--rule"},
                                                                         {"env", "--env"},
                                                                         {"resources.tasks", "--tasks"},
                                                                         {"resources.nodes", "--nodes"},
@@ -106,11 +108,13 @@ void validate(const JobSpec& s, const Fail& fail) {
   else if (s.command.front().empty())
     fail("command", "must start with a program name");
   if (s.name.empty()) fail("name", "must not be empty");
-  if (std::any_of(s.name.begin(), s.name.end(), bad_name_char))
-    fail("name", "must not contain whitespace or control characters");
+  for (auto [key, text] : {std::pair{"name", &s.name}, std::pair{"workflow", &s.workflow}, std::pair{"rule", &s.rule}})
+    if (std::any_of(text->begin(), text->end(), bad_name_char))
+      fail(key, "must not contain whitespace or control characters");
   // Names are text; what a job runs with (its command, environment values, working
   // directory) may be any bytes, and records carry them (bytes_json).
   for (auto [key, text] : {std::pair{"name", &s.name}, std::pair{"tenant", &s.tenant}, std::pair{"project", &s.project},
+                           std::pair{"workflow", &s.workflow}, std::pair{"rule", &s.rule},
                            std::pair{"resources.gpu_type", &s.resources.gpu_type}, std::pair{"backend", &s.backend},
                            std::pair{"slurm.partition", &s.slurm.partition}, std::pair{"slurm.qos", &s.slurm.qos},
                            std::pair{"slurm.account", &s.slurm.account}, std::pair{"kubernetes.image", &s.kube.image},
@@ -235,6 +239,8 @@ Json JobSpec::to_json() const {
   j["name"] = name;
   j["tenant"] = tenant;
   j["project"] = project;
+  j["workflow"] = workflow;
+  j["rule"] = rule;
   j["command"] = Json::array();
   for (const auto& arg : command) j["command"].push_back(bytes_json(arg));
   j["workdir"] = bytes_json(workdir);
@@ -271,6 +277,8 @@ JobSpec JobSpec::from_json(const Json& json) {
   top.read("name", s.name);
   top.read("tenant", s.tenant);
   top.read("project", s.project);
+  top.read("workflow", s.workflow);
+  top.read("rule", s.rule);
   top.read("command", s.command);
   top.read("workdir", s.workdir);
   if (const Json* env = top.find("env")) {
@@ -345,6 +353,8 @@ void apply_overrides(JobSpec& spec, const SpecOverrides& o) {
   if (o.name) spec.name = *o.name;
   if (o.tenant) spec.tenant = *o.tenant;
   if (o.project) spec.project = *o.project;
+  if (o.workflow) spec.workflow = *o.workflow;
+  if (o.rule) spec.rule = *o.rule;
   if (o.workdir) spec.workdir = *o.workdir;
   for (const auto& kv : o.env) {
     auto [key, value] = cut(kv, '=');

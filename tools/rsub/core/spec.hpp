@@ -11,7 +11,9 @@
 //   store.submit(spec, ...);
 //
 // The TOML keys (documented in rsub(1)):
-//   name, tenant, project, command (array of strings, or a string run by /bin/sh -c),
+//   name, tenant, project, workflow and rule (the workflow a job is a step of, and its
+//   rule: set by rsub's Snakemake profile), command (array of strings, or a string run
+//   by /bin/sh -c),
 //   workdir, env (table of strings), priority (-1000..1000), backend, time_limit
 //   (duration text such as "2h" or seconds as a number; 0 = none), hold (bool),
 //   [resources] tasks (>= 1), nodes (>= 1; tasks spread evenly over them), cpus_per_task
@@ -96,6 +98,8 @@ struct JobSpec {
   std::string name;    // default: the command's basename
   std::string tenant;  // empty: filled by the client from config/user
   std::string project;
+  std::string workflow;              // empty: not part of a workflow
+  std::string rule;                  // the workflow's rule this job runs (empty: none)
   std::vector<std::string> command;  // argv; a TOML string becomes {"/bin/sh", "-c", s}
   std::string workdir;               // empty: filled by the client (its cwd)
   std::map<std::string, std::string> env;
@@ -125,7 +129,7 @@ JobSpec load_spec(const std::string& path);
 
 // Command-line overrides; each set field replaces (env: adds to) the spec's value.
 struct SpecOverrides {
-  std::optional<std::string> name, tenant, project, workdir, gpu_type, backend;
+  std::optional<std::string> name, tenant, project, workflow, rule, workdir, gpu_type, backend;
   std::optional<std::string> partition, qos, account, image;  // [slurm], [kubernetes] hints
   std::vector<std::string> env;                               // "K=V"
   std::optional<int> tasks, nodes, cpus_per_task, gpus_per_task, priority;

@@ -35,6 +35,10 @@ class SpecReader : private TomlReader {
         spec.tenant = string(v, key);
       else if (key == "project")
         spec.project = string(v, key);
+      else if (key == "workflow")
+        spec.workflow = string(v, key);
+      else if (key == "rule")
+        spec.rule = string(v, key);
       else if (key == "command")
         spec.command = command(v);
       else if (key == "workdir")

@@ -32,7 +32,8 @@ namespace {
 // 3: jobs.environ (the submitter's environment, captured at submit), and what the job's
 //    cgroup measured (cpu_s, peak_memory_bytes).
 // 4: the changes table, filled by a trigger: which local jobs changed, in commit order.
-constexpr int kSchemaVersion = 4;
+// 5: jobs.workflow (the workflow a job is a step of; null: none), indexed.
+constexpr int kSchemaVersion = 5;
 
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS jobs(
@@ -46,7 +47,8 @@ CREATE TABLE IF NOT EXISTS jobs(
   exit_code INTEGER, signal INTEGER, attempts INTEGER NOT NULL DEFAULT 0,
   alloc TEXT, host TEXT NOT NULL DEFAULT '', record_fields TEXT NOT NULL,
   backend TEXT NOT NULL DEFAULT 'local', remote_id TEXT,
-  environ TEXT, cpu_s REAL, peak_memory_bytes INTEGER);
+  environ TEXT, cpu_s REAL, peak_memory_bytes INTEGER, workflow TEXT);
+CREATE INDEX IF NOT EXISTS jobs_workflow ON jobs(workflow) WHERE workflow IS NOT NULL;
 CREATE INDEX IF NOT EXISTS jobs_active ON jobs(id) WHERE state IN ('PENDING', 'RUNNING');
 CREATE INDEX IF NOT EXISTS jobs_array ON jobs(array_parent) WHERE array_parent IS NOT NULL;
 CREATE INDEX IF NOT EXISTS jobs_remote ON jobs(backend, remote_id) WHERE remote_id IS NOT NULL;
@@ -74,6 +76,10 @@ constexpr const char* kMigrateFrom2 = R"sql(
 ALTER TABLE jobs ADD COLUMN environ TEXT;
 ALTER TABLE jobs ADD COLUMN cpu_s REAL;
 ALTER TABLE jobs ADD COLUMN peak_memory_bytes INTEGER;
+)sql";
+// Version 3 and 4 stores: the columns that version 5 added.
+constexpr const char* kMigrateFrom4 = R"sql(
+ALTER TABLE jobs ADD COLUMN workflow TEXT;
 )sql";
 
 // SQLite's own busy timeout sleeps 1, 2, 5, 10 ms... between tries: far longer than the
@@ -142,6 +148,7 @@ Store::Store(const std::string& dir) : dir_(dir) {
         if (now >= kSchemaVersion) return;
         if (now == 1) exec(kMigrateFrom1);
         if (now >= 1 && now <= 2) exec(kMigrateFrom2);
+        if (now >= 1 && now <= 4) exec(kMigrateFrom4);
         exec(kSchema);
         exec(fmt::format("PRAGMA user_version={}", kSchemaVersion).c_str());
       });
@@ -208,12 +215,15 @@ std::vector<std::int64_t> Store::submit(const JobSpec& spec, const Submitter& wh
   std::vector<std::int64_t> ids;
   const std::string spec_json = spec.to_json().dump();
   const std::string fields = spec_record_fields(spec);
+  const std::optional<std::string> workflow =
+      spec.workflow.empty() ? std::nullopt : std::optional<std::string>(spec.workflow);
   const std::optional<std::string> environ_json =
       environment.empty() ? std::nullopt : std::optional<std::string>(environ_json_of(environment));
   transaction([&] {
     Stmt& insert = stmt(
         "INSERT INTO jobs(array_parent, array_index, name, tenant, user, uid, spec, state, reason, held, submit_s, "
-        "eligible_s, record_fields, backend, environ) VALUES(?, ?, ?, ?, ?, ?, ?, 'PENDING', ?, ?, ?, ?, ?, ?, ?)");
+        "eligible_s, record_fields, backend, environ, workflow) "
+        "VALUES(?, ?, ?, ?, ?, ?, ?, 'PENDING', ?, ?, ?, ?, ?, ?, ?, ?)");
     auto add = [&](std::optional<std::int64_t> parent, std::optional<int> index) {
       insert.reset()
           .bind(parent)
@@ -230,6 +240,7 @@ std::vector<std::int64_t> Store::submit(const JobSpec& spec, const Submitter& wh
           .bind(fields)
           .bind(spec.backend)
           .bind(environ_json)
+          .bind(workflow)
           .run();
       ids.push_back(sqlite3_last_insert_rowid(db_));
     };
@@ -346,11 +357,11 @@ std::vector<JobRecord> Store::resolve(const std::string& text) {
 void Store::each_job(const JobFilter& filter, const std::function<void(const JobRecord&)>& fn) {
   static const std::string active = fmt::format(
       "SELECT {} FROM jobs WHERE state IN ('PENDING', 'RUNNING') AND (?1 IS NULL OR tenant = ?1) AND "
-      "(?2 IS NULL OR user = ?2) AND (?3 IS NULL OR state = ?3) ORDER BY id",
+      "(?2 IS NULL OR user = ?2) AND (?3 IS NULL OR state = ?3) AND (?4 IS NULL OR workflow = ?4) ORDER BY id",
       kJobColumns);
   static const std::string all = fmt::format(
       "SELECT {} FROM jobs WHERE (?1 IS NULL OR tenant = ?1) AND (?2 IS NULL OR user = ?2) AND "
-      "(?3 IS NULL OR state = ?3) ORDER BY id",
+      "(?3 IS NULL OR state = ?3) AND (?4 IS NULL OR workflow = ?4) ORDER BY id",
       kJobColumns);
   Stmt& s = stmt((filter.all || filter.state ? all : active).c_str());
   s.bind(filter.tenant).bind(filter.user);
@@ -358,6 +369,7 @@ void Store::each_job(const JobFilter& filter, const std::function<void(const Job
     s.bind(state_name(*filter.state));
   else
     s.bind(std::optional<int>());
+  s.bind(filter.workflow);
   while (s.step()) fn(read_job(s, filter.light));
 }
 

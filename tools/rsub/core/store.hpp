@@ -80,7 +80,7 @@ std::string spec_record_fields(const JobSpec& spec);
 
 struct JobFilter {
   bool all = false;  // also finished jobs
-  std::optional<std::string> tenant, user;
+  std::optional<std::string> tenant, user, workflow;
   std::optional<JobState> state;
   bool light = false;  // records for output only: no spec, no alloc
 };

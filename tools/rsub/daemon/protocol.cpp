@@ -158,7 +158,16 @@ int connect_daemon(const std::string& socket_path, uid_t daemon_uid) {
   return fd.release();
 }
 
-int exchange(int fd, const std::string& request) {
+void write_to_own(int stream, std::string_view bytes) {
+  for (std::size_t done = 0; done < bytes.size();) {
+    const ssize_t w = ::write(stream, bytes.data() + done, bytes.size() - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) throw system_error(stream == 1 ? "write stdout" : "write stderr", errno);
+    done += static_cast<std::size_t>(w);
+  }
+}
+
+int exchange(int fd, const std::string& request, const OutputSink& sink) {
   if (!write_frame(fd, 'q', request.data(), request.size()))
     throw Error(Exit::Unavailable, "the rsub daemon closed the connection before the request was sent");
   std::string payload;
@@ -177,12 +186,7 @@ int exchange(int fd, const std::string& request) {
     }
     const int out = *kind == 'o' ? 1 : *kind == 'e' ? 2 : -1;
     if (out < 0) throw Error(Exit::Unavailable, "the rsub daemon answered with a frame this rsub does not know");
-    for (std::size_t done = 0; done < payload.size();) {
-      const ssize_t w = ::write(out, payload.data() + done, payload.size() - done);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) throw system_error(out == 1 ? "write stdout" : "write stderr", errno);
-      done += static_cast<std::size_t>(w);
-    }
+    sink(out, payload);
   }
 }
 

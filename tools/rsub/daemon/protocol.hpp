@@ -25,6 +25,7 @@
 #include <optional>
 #include <streambuf>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace rkit::rsub {
@@ -80,10 +81,15 @@ class FrameBuf : public std::streambuf {
 // a personal one.
 int connect_daemon(const std::string& socket_path, uid_t daemon_uid);
 
-// Sends `request` on a connected descriptor, copies the daemon's output to our stdout
-// and stderr, and returns the exit code it sends. Error(Unavailable) when the daemon
-// goes away before its answer ends.
-int exchange(int fd, const std::string& request);
+// Where a client puts the daemon's output: stream 1 (its stdout) or 2 (its stderr).
+using OutputSink = std::function<void(int stream, std::string_view bytes)>;
+// Copies bytes to our own descriptor 1 or 2 (Error(IoErr) when that write fails).
+void write_to_own(int stream, std::string_view bytes);
+
+// Sends `request` on a connected descriptor, hands the daemon's output to `sink` (by
+// default: our stdout and stderr), and returns the exit code it sends.
+// Error(Unavailable) when the daemon goes away before its answer ends.
+int exchange(int fd, const std::string& request, const OutputSink& sink = write_to_own);
 
 // The address of a Unix socket at `path`, and its length; Error(Config) when the path is
 // too long for one (108 bytes).

@@ -1,0 +1,235 @@
+#!/usr/bin/env bats
+# rsub as Snakemake's cluster (rsub(1), SNAKEMAKE): the real Snakemake 7 (Debian's),
+# through rkit's profile (rsub workflow). Each test has its own rsub (rsub_sandbox) and
+# stops it, and any snakemake it started, by pid in teardown.
+bats_require_minimum_version 1.5.0
+
+setup() {
+  load helpers
+  command -v snakemake >/dev/null || { echo "snakemake is not installed (packaging/install-deps.sh tests)" >&2; return 1; }
+  mkdir -p "$BATS_TEST_TMPDIR/wf"
+  cd "$BATS_TEST_TMPDIR/wf"
+  rsub_sandbox
+  export TMPDIR=$BATS_TEST_TMPDIR
+  unset RSUB_WORKFLOW
+}
+
+teardown() {
+  if [[ -n ${SMK_PID:-} ]]; then
+    kill -TERM "$SMK_PID" 2>/dev/null
+    wait_exit "$SMK_PID" 5 || kill -KILL "$SMK_PID" 2>/dev/null
+  fi
+  stop_rsub
+}
+
+# wait_exit PID SECONDS: waits for the background job PID to end, at most SECONDS; its
+# exit status, or 124 (and the job left running) when it has not ended by then.
+wait_exit() {
+  local deadline=$((SECONDS + $2))
+  while kill -0 "$1" 2>/dev/null; do
+    ((SECONDS < deadline)) || { echo "process $1 still runs after $2 s" >&2; return 124; }
+    sleep 0.1
+  done
+  wait "$1"
+}
+
+# wait_jobs WORKFLOW STATE N [RULE]: waits (at most 20 s) until N of the workflow's jobs
+# (of RULE, when given) are in STATE.
+wait_jobs() {
+  local n=0
+  for _ in $(seq 200); do
+    n=$(rsub ls --all --workflow "$1" --json |
+      jq -s --arg s "$2" --arg r "${4:-}" 'map(select(.state == $s and ($r == "" or .rule == $r))) | length')
+    ((n >= $3)) && return 0
+    sleep 0.1
+  done
+  echo "$n of workflow $1's ${4:-} jobs are $2, not $3" >&2
+  rsub ls --all >&2
+  return 1
+}
+
+@test "rsub workflow runs each rule as an rsub job that carries its workflow and rule" {
+  cat >Snakefile <<'EOF'
+rule all:
+    input: "report.txt"
+rule gen:
+    output: "data/{i}.txt"
+    shell: "echo {wildcards.i} > {output}"
+rule report:
+    input: expand("data/{i}.txt", i=range(3))
+    output: "report.txt"
+    shell: "cat {input} | paste -sd+ | bc > {output}"
+EOF
+  run --separate-stderr rsub workflow --cores 2
+  assert_success
+  [[ $(cat report.txt) == 3 ]]
+  run rsub ls --all --workflow wf --json
+  assert_success
+  echo "$output" | jq -e -s 'length == 4 and all(.workflow == "wf" and .state == "COMPLETED")
+                             and (map(.rule) | sort) == ["gen", "gen", "gen", "report"]'
+  run rsub ls --all --workflow other --json
+  assert_output ""
+  # Cost per stage: each rule's row sums its jobs.
+  run rsub ls --all --json
+  records=$output
+  run --separate-stderr rcost report --by workflow,rule --json - <<<"$records"
+  assert_success
+  echo "$output" | jq -e -s 'map(select(.schema == "rkit.cost.v1" and .workflow == "wf")) | map({(.rule): .jobs})
+                             | add == {"gen": 3, "report": 1}'
+  # Nothing to do: no job.
+  run rsub workflow --cores 2
+  assert_success
+  [[ $(rsub ls --all --workflow wf --json | jq -s length) == 4 ]]
+}
+
+@test "rule resources become the job's: threads, mem_mb, gpus, runtime, tenant, project" {
+  cat >Snakefile <<'EOF'
+rule big:
+    output: "big.txt"
+    threads: 2
+    resources: mem_mb=300, runtime=2, project="alpha"
+    shell: "nproc > {output}"
+EOF
+  RSUB_WORKFLOW=sized run --separate-stderr rsub workflow --cores 2
+  assert_success
+  run rsub ls --all --workflow sized --json
+  echo "$output" | jq -e '.rule == "big" and .cpus_per_task == 2 and .memory_per_task_bytes == 300000000
+                          and .time_limit_s == 120 and .project == "alpha" and .gpus == 0'
+  [[ $(cat big.txt) == 2 ]]  # the job's cgroup or affinity held two cores
+  cat >Snakefile <<'EOF'
+rule gpu:
+    output: "gpu.txt"
+    resources: gpus=1
+    shell: "touch {output}"
+EOF
+  # This sandbox's machine has no GPU: rsub refuses the job, and Snakemake says so.
+  RSUB_WORKFLOW=gpu run --separate-stderr rsub workflow --cores 2
+  assert_failure
+  [[ $stderr == *"Error submitting jobscript"* ]]
+}
+
+@test "a killed job runs again on Snakemake's retry, with its attempt's larger resources" {
+  cat >Snakefile <<'EOF'
+rule flaky:
+    output: "out.txt"
+    resources: mem_mb=lambda wildcards, attempt: 100 * attempt
+    shell: "if [ ! -e tried ]; then touch tried; kill -9 $$; fi; echo ok > {output}"
+EOF
+  run --separate-stderr rsub workflow --cores 2 --restart-times 1
+  assert_success
+  [[ $(cat out.txt) == ok ]]
+  run rsub ls --all --workflow wf --json
+  echo "$output" | jq -e -s 'length == 2 and .[0].state == "FAILED"
+                             and .[0].memory_per_task_bytes == 100000000
+                             and .[1].state == "COMPLETED" and .[1].memory_per_task_bytes == 200000000'
+}
+
+@test "Ctrl-C on snakemake cancels the workflow's running jobs within 2 s; a rerun runs only what is incomplete" {
+  cat >Snakefile <<'EOF'
+rule all:
+    input: expand("slow/{i}.txt", i=range(2))
+rule fast:
+    output: "fast/{i}.txt"
+    shell: "echo {wildcards.i} > {output}"
+rule slow:
+    input: "fast/{i}.txt"
+    output: "slow/{i}.txt"
+    shell: "sleep ${{SLOW:-0}}; cp {input} {output}"
+EOF
+  set -m  # job control: a background job of a script otherwise ignores SIGINT
+  SLOW=60 rsub workflow --cores 2 >smk.log 2>&1 &
+  SMK_PID=$!
+  set +m
+  wait_jobs wf RUNNING 2 slow
+  kill -INT "$SMK_PID"
+  start=$SECONDS
+  wait_jobs wf CANCELLED 2 slow
+  ((SECONDS - start <= 2))
+  rc=0
+  wait_exit "$SMK_PID" 10 || rc=$?
+  ((rc != 124))
+  SMK_PID=
+  [[ ! -e slow/0.txt && ! -e slow/1.txt ]]
+  run --separate-stderr rsub workflow --cores 2
+  assert_success
+  [[ -e slow/0.txt && -e slow/1.txt ]]
+  run rsub ls --all --workflow wf --json
+  echo "$output" | jq -e -s '(map(select(.rule == "fast")) | length) == 2
+                             and (map(select(.rule == "slow" and .state == "COMPLETED")) | length) == 2'
+}
+
+@test "snakemake killed with SIGKILL: its sidecar cancels the run's jobs" {
+  cat >Snakefile <<'EOF'
+rule all:
+    input: expand("out/{i}.txt", i=range(2))
+rule wait:
+    output: "out/{i}.txt"
+    shell: "sleep 60; touch {output}"
+EOF
+  rsub workflow --cores 2 >smk.log 2>&1 &
+  SMK_PID=$!
+  wait_jobs wf RUNNING 2
+  kill -KILL "$SMK_PID"
+  wait_jobs wf CANCELLED 2
+  SMK_PID=
+}
+
+@test "the rsub daemon killed mid-workflow: the workflow still finishes and no rule runs twice" {
+  cat >Snakefile <<'EOF'
+rule all:
+    input: expand("done/{i}.txt", i=range(4))
+rule step:
+    output: "done/{i}.txt"
+    shell: "echo run >> ran.{wildcards.i}; sleep 1; touch {output}"
+EOF
+  rsub workflow --cores 2 >smk.log 2>&1 &
+  SMK_PID=$!
+  wait_jobs wf RUNNING 1
+  kill -KILL "$(cat "$RKIT_STATE_DIR/rsub/daemon.pid")"
+  wait_exit "$SMK_PID" 60
+  SMK_PID=
+  for i in 0 1 2 3; do [[ $(wc -l <"ran.$i") == 1 ]]; done
+  [[ $(rsub ls --all --workflow wf --json | jq -s 'map(select(.state == "COMPLETED")) | length') == 4 ]]
+}
+
+@test "the cluster commands keep Snakemake's contract" {
+  printf '#!/bin/sh\n# properties = {"type": "single", "rule": "r", "threads": 1, "resources": {}}\necho hi\n' >job.sh
+  run --separate-stderr rsub snakemake submit job.sh
+  assert_success
+  [[ $output =~ ^[0-9]+$ ]]  # the job id alone
+  id=$output
+  rsub wait "$id"
+  run --separate-stderr rsub snakemake status "$id"
+  assert_success
+  assert_output success
+  run --separate-stderr rsub snakemake status 999999
+  assert_success
+  assert_output failed
+  # Cancel takes many ids at once.
+  a=$(rsub snakemake submit job.sh) b=$(rsub --hold -- sleep 60)
+  run --separate-stderr rsub snakemake cancel "$a" "$b"
+  assert_success
+  wait_state "$b" CANCELLED
+  run --separate-stderr rsub snakemake status "$b"
+  assert_output failed
+  # A workflow's queue, and what its next rule waits for.
+  rsub --hold --workflow wf --rule later -- true
+  run rsub status --workflow wf --json
+  echo "$output" | jq -e -s 'all(.workflow == "wf") and (map(select(.backend == "*"))[0] | .pending == 1)'
+  run rsub why --workflow wf
+  assert_success
+  assert_line --index 0 "workflow wf: 1 job waits; the first is rule later"
+  assert_line --index 1 --regexp '^job [0-9]+: PENDING \(JobHeldUser\)$'
+  run rsub why --workflow nothing
+  assert_output "workflow nothing: no job waits (0 running)"
+  run --separate-stderr rsub why 1 --workflow wf
+  assert_failure 64
+  # Not a job script of Snakemake's: one line, exit 65.
+  printf '#!/bin/sh\necho hi\n' >plain.sh
+  run --separate-stderr rsub snakemake submit plain.sh
+  assert_failure 65
+  assert_one_line_stderr
+  run --separate-stderr rsub snakemake submit missing.sh
+  assert_failure 66
+  assert_one_line_stderr
+}

@@ -1,0 +1,383 @@
+// File: rsub/workflow/snakemake.cpp — rsub as Snakemake's cluster (snakemake.hpp).
+#include "workflow/snakemake.hpp"
+
+#include <fmt/format.h>
+#include <poll.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <cmath>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+
+#include "commands/commands.hpp"
+#include "core/store.hpp"
+#include "daemon/protocol.hpp"
+#include "rkit/error.hpp"
+#include "rkit/file.hpp"
+#include "rkit/host.hpp"
+
+extern char** environ;
+
+namespace rkit::rsub {
+
+namespace {
+
+constexpr std::string_view kTool = "rsub snakemake";
+
+std::string current_dir() {
+  char cwd[PATH_MAX];
+  return ::getcwd(cwd, sizeof cwd) ? std::string(cwd) : std::string(".");
+}
+
+std::string workflow_name() {
+  const char* named = std::getenv("RSUB_WORKFLOW");
+  return named && *named ? std::string(named) : default_workflow(current_dir());
+}
+
+// A resource's number (Snakemake passes integers; a float or a numeric string is taken too).
+double resource_number(const Json& value, std::string_view key) {
+  if (value.is_number()) return value.get<double>();
+  if (value.is_string()) {
+    const std::string& text = value.get_ref<const std::string&>();
+    char* end = nullptr;
+    const double v = std::strtod(text.c_str(), &end);
+    if (!text.empty() && end && *end == '\0') return v;
+  }
+  throw Error(Exit::DataErr, fmt::format("job script: resource {} must be a number, not {}", key, value.dump()));
+}
+
+int whole(double v, std::string_view key, int min) {
+  if (!std::isfinite(v) || v < min || v > INT_MAX || v != std::floor(v))
+    throw Error(Exit::DataErr, fmt::format("job script: resource {} must be a whole number, at least {}", key, min));
+  return static_cast<int>(v);
+}
+
+std::string resource_text(const Json& value, std::string_view key) {
+  if (value.is_string()) return value.get<std::string>();
+  throw Error(Exit::DataErr, fmt::format("job script: resource {} must be text, not {}", key, value.dump()));
+}
+
+// The first line of the daemon's JSON output, parsed.
+Json first_record(const Answer& a) {
+  const std::string line = a.out.substr(0, a.out.find('\n'));
+  return parse_json(line, "the rsub daemon's answer");
+}
+
+std::map<std::string, std::string> states_of(const Answer& a) {
+  std::map<std::string, std::string> states;
+  for (std::size_t at = 0; at < a.out.size();) {
+    const std::size_t end = std::min(a.out.find('\n', at), a.out.size());
+    if (end > at) {
+      const Json record = parse_json(std::string_view(a.out).substr(at, end - at), "the rsub daemon's answer");
+      states[record.value("id", "")] = record.value("state", "");
+    }
+    at = end + 1;
+  }
+  return states;
+}
+
+// The sidecar's answer for `id`, or nullopt when there is no sidecar to ask.
+std::optional<std::string> ask_sidecar(const SidecarVars& vars, const std::string& id) {
+  const int fd = connect_daemon(vars.socket, ::geteuid());  // refuses a listener of another user
+  if (fd < 0) return std::nullopt;
+  UniqueFd conn(fd);
+  if (!write_frame(fd, 'q', id.data(), id.size())) return std::nullopt;
+  std::string word;
+  const auto kind = read_frame(fd, word, 64, std::chrono::steady_clock::now() + std::chrono::seconds(5));
+  if (kind != 'o') return std::nullopt;
+  return word;
+}
+
+// Snakemake stops its sidecar when it ends, however it ends (its Ctrl-C too: the profile
+// leaves --cluster-cancel out, since Snakemake 7.21 given both never exits after one);
+// this run's jobs that still wait or run are cancelled then: those of the workflow
+// submitted from this folder since the sidecar started.
+void cancel_run(const AskDaemon& ask, const std::string& workflow, double started_s) {
+  try {
+    const Answer active = ask({{"cmd", "ls"}, {"workflow", workflow}, {"format", "json"}});
+    if (active.code != 0) throw Error(Exit::Unavailable, active.err);
+    const std::string cwd = current_dir();
+    std::vector<std::string> ids;
+    for (std::size_t at = 0; at < active.out.size();) {
+      const std::size_t end = std::min(active.out.find('\n', at), active.out.size());
+      if (end > at) {
+        const Json job = parse_json(std::string_view(active.out).substr(at, end - at), "the rsub daemon's answer");
+        const Json& workdir = job.value("workdir", Json());
+        if (job.value("submit_unix_s", 0.0) >= started_s && workdir.is_string() && workdir.get<std::string>() == cwd)
+          ids.push_back(job.value("id", ""));
+      }
+      at = end + 1;
+    }
+    if (ids.empty()) return;
+    const Answer a = ask({{"cmd", "cancel"}, {"ids", ids}});
+    std::cerr << a.err;
+  } catch (const Error& e) {
+    warn(kTool, fmt::format("workflow {}: its jobs were not cancelled: {}", workflow, e.what()), std::cerr);
+  }
+}
+
+}  // namespace
+
+std::string default_workflow(const std::string& cwd) {
+  std::string name = base_name(cwd);
+  if (name.empty() || name == "/" || name == ".") name = "workflow";
+  for (char& c : name)
+    if (std::isspace(static_cast<unsigned char>(c)) || std::iscntrl(static_cast<unsigned char>(c))) c = '_';
+  return name;
+}
+
+JobSpec spec_of_jobscript(std::string_view script, const std::string& workflow) {
+  constexpr std::string_view kMark = "# properties = ";
+  std::size_t at = 0;
+  while (at < script.size() && script.compare(at, kMark.size(), kMark) != 0) {
+    at = script.find('\n', at);
+    at = at == std::string_view::npos ? script.size() : at + 1;
+  }
+  if (at >= script.size())
+    throw Error(Exit::DataErr, "job script: no \"# properties = \" line (is it one that Snakemake wrote?)");
+  const std::size_t end = std::min(script.find('\n', at), script.size());
+  const Json props = parse_json(script.substr(at + kMark.size(), end - at - kMark.size()), "job script properties");
+  if (!props.is_object()) throw Error(Exit::DataErr, "job script: its properties are not a JSON object");
+
+  JobSpec spec;
+  spec.workflow = workflow;
+  const bool group = props.value("type", "single") == "group";
+  spec.rule = props.value(group ? "groupid" : "rule", "");
+  spec.name = spec.rule.empty() ? "snakejob" : spec.rule;
+  spec.command = {"/bin/sh", "-c", std::string(script)};
+  if (const auto threads = props.find("threads"); threads != props.end())
+    spec.resources.cpus_per_task = whole(resource_number(*threads, "threads"), "threads", 1);
+  const auto resources = props.find("resources");
+  if (resources != props.end() && resources->is_object()) {
+    std::optional<double> mem_mb, mem_mib;  // Snakemake 7.21 gives both (mem_mib from mem_mb)
+    for (const auto& [key, value] : resources->items()) {
+      if (key == "mem_mb") {
+        mem_mb = resource_number(value, key);
+      } else if (key == "mem_mib") {
+        mem_mib = resource_number(value, key);
+      } else if (key == "gpus" || key == "gpu") {
+        spec.resources.gpus_per_task = whole(resource_number(value, key), key, 0);
+      } else if (key == "runtime") {
+        const double minutes = resource_number(value, key);
+        if (!std::isfinite(minutes) || minutes < 0)
+          throw Error(Exit::DataErr, "job script: resource runtime must be minutes, at least 0");
+        if (minutes > 0) spec.time_limit_s = minutes * 60;
+      } else if (key == "tenant") {
+        spec.tenant = resource_text(value, key);
+      } else if (key == "project") {
+        spec.project = resource_text(value, key);
+      } else if (key == "backend") {
+        spec.backend = resource_text(value, key);
+      } else if (key == "partition") {
+        spec.slurm.partition = resource_text(value, key);
+      } else if (key == "gpu_type") {
+        spec.resources.gpu_type = resource_text(value, key);
+      }
+    }
+    if (mem_mb || mem_mib) {
+      const double bytes = mem_mb ? *mem_mb * 1e6 : *mem_mib * 1048576.0;
+      if (!std::isfinite(bytes) || bytes < 0 || bytes > 1e18)
+        throw Error(Exit::DataErr,
+                    fmt::format("job script: resource {} must be at least 0", mem_mb ? "mem_mb" : "mem_mib"));
+      spec.resources.memory_bytes = static_cast<std::uint64_t>(bytes);
+    }
+  }
+  apply_overrides(spec, {});  // validates it as a submit would
+  return spec;
+}
+
+std::string_view snakemake_status_word(std::string_view state) {
+  if (state == "COMPLETED") return "success";
+  if (state == "PENDING" || state == "RUNNING" || state.empty()) return "running";
+  return "failed";  // FAILED, CANCELLED, TIMEOUT, LOST, OUT_OF_MEMORY
+}
+
+std::optional<SidecarVars> sidecar_vars(const char* env_value) {
+  if (!env_value || !*env_value) return std::nullopt;
+  try {
+    const Json j = parse_json(env_value, "SNAKEMAKE_CLUSTER_SIDECAR_VARS");
+    SidecarVars v{j.value("socket", ""), j.value("workflow", "")};
+    if (v.socket.empty() || v.workflow.empty()) return std::nullopt;
+    return v;
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+}
+
+int snakemake_submit(const std::string& jobscript, const AskDaemon& ask, std::ostream& out) {
+  const auto vars = sidecar_vars(std::getenv("SNAKEMAKE_CLUSTER_SIDECAR_VARS"));
+  const JobSpec spec = spec_of_jobscript(read_file(jobscript, 64u << 20), vars ? vars->workflow : workflow_name());
+  std::vector<std::string> environment;
+  for (char** e = environ; *e; ++e) environment.emplace_back(*e);
+  Json request = submit_request(spec, false, environment);
+  request["format"] = "json";
+  const Answer a = ask(std::move(request));
+  std::cerr << a.err;
+  if (a.code != 0) return a.code;
+  out << first_record(a).value("id", "") << '\n';
+  return 0;
+}
+
+int snakemake_status(const std::string& id, const AskDaemon& ask, std::ostream& out) {
+  if (const auto vars = sidecar_vars(std::getenv("SNAKEMAKE_CLUSTER_SIDECAR_VARS"))) {
+    try {
+      if (const auto word = ask_sidecar(*vars, id)) {
+        out << *word << '\n';
+        return 0;
+      }
+    } catch (const Error& e) {
+      warn(kTool, fmt::format("the sidecar did not answer ({}): asking the daemon", e.what()), std::cerr);
+    }
+  }
+  std::string_view word = "running";  // whenever it cannot tell: a non-zero exit ends the workflow
+  try {
+    const Answer a = ask({{"cmd", "show"}, {"ids", {id}}, {"format", "json"}});
+    if (a.code == 0) {
+      word = snakemake_status_word(first_record(a).value("state", ""));
+    } else if (a.code == static_cast<int>(Exit::NoInput) || a.code == static_cast<int>(Exit::Usage)) {
+      word = "failed";  // no such job: it cannot succeed
+      warn(kTool, fmt::format("job {}: rsub has no such job; saying failed", id), std::cerr);
+    } else {
+      std::cerr << a.err;
+    }
+  } catch (const Error& e) {
+    warn(kTool, fmt::format("job {}: {}; saying running", id, e.what()), std::cerr);
+  }
+  out << word << '\n';
+  return 0;
+}
+
+int snakemake_cancel(const std::vector<std::string>& ids, const AskDaemon& ask) {
+  const Answer a = ask({{"cmd", "cancel"}, {"ids", ids}});
+  std::cerr << a.err;
+  return a.code;
+}
+
+std::string_view RoundCache::status(const std::string& id) {
+  // A job asked about again: a new round. A job the last query did not have (submitted
+  // after it): once, unless a round already queried for one.
+  const bool again = asked_.count(id) > 0;
+  const bool unknown = !states_.count(id) && !queried_for_unknown_;
+  if (!fresh_ || again || unknown) {
+    ++queries_;
+    if (auto states = query_()) states_ = std::move(*states);
+    asked_.clear();
+    fresh_ = true;
+    queried_for_unknown_ = !again && unknown;
+  }
+  asked_.insert(id);
+  const auto it = states_.find(id);
+  return it == states_.end() ? std::string_view("running") : snakemake_status_word(it->second);
+}
+
+int snakemake_sidecar(const AskDaemon& ask, std::ostream& out) {
+  const std::string workflow = workflow_name();
+  const char* base = std::getenv("XDG_RUNTIME_DIR");
+  if (!base || !*base) base = std::getenv("TMPDIR");
+  std::string dir = fmt::format("{}/rsub-sidecar.XXXXXX", base && *base ? base : "/tmp");
+  if (!::mkdtemp(dir.data())) throw system_error("create a folder under " + parent_dir(dir), errno);
+  const std::string path = dir + "/socket";
+  struct Cleanup {
+    std::string dir, path;
+    ~Cleanup() {
+      ::unlink(path.c_str());
+      ::rmdir(dir.c_str());
+    }
+  } cleanup{dir, path};
+
+  // Snakemake stops its sidecar with SIGTERM; its death ends us too.
+  sigset_t stop;
+  sigemptyset(&stop);
+  for (int s : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&stop, s);
+  ::sigprocmask(SIG_BLOCK, &stop, nullptr);
+  UniqueFd signals(::signalfd(-1, &stop, SFD_CLOEXEC));
+  if (signals.get() < 0) throw system_error("signalfd", errno);
+  const pid_t parent = ::getppid();
+  ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+  const double started_s = now_s() - 1;  // every job of this run is submitted after
+  if (::getppid() != parent) return 0;
+
+  UniqueFd listener(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  socklen_t length = 0;
+  const sockaddr_un address = unix_address(path, length);
+  if (listener.get() < 0 || ::bind(listener.get(), reinterpret_cast<const sockaddr*>(&address), length) != 0 ||
+      ::listen(listener.get(), 128) != 0)
+    throw system_error("listen on " + path, errno);
+  out << Json{{"socket", path}, {"workflow", workflow}}.dump() << std::endl;
+
+  RoundCache cache([&]() -> std::optional<std::map<std::string, std::string>> {
+    try {
+      const Answer a = ask({{"cmd", "ls"}, {"all", true}, {"workflow", workflow}, {"format", "json"}});
+      if (a.code == 0) return states_of(a);
+      warn(kTool, fmt::format("workflow {}: the daemon answered {}: {}", workflow, a.code, a.err), std::cerr);
+    } catch (const Error& e) {
+      warn(kTool, fmt::format("workflow {}: {}", workflow, e.what()), std::cerr);
+    }
+    return std::nullopt;
+  });
+  for (;;) {
+    pollfd fds[2] = {{listener.get(), POLLIN, 0}, {signals.get(), POLLIN, 0}};
+    if (::poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      throw system_error("poll", errno);
+    }
+    if (fds[1].revents) {
+      cancel_run(ask, workflow, started_s);
+      return 0;
+    }
+    if (!(fds[0].revents & POLLIN)) continue;
+    UniqueFd conn(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    if (conn.get() < 0) continue;
+    try {
+      if (peer_of(conn.get()).uid != ::geteuid()) continue;  // the folder is ours alone; refuse anyone else
+      std::string id;
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+      if (read_frame(conn.get(), id, 64, deadline) != 'q') continue;
+      const std::string_view word = cache.status(id);
+      write_frame(conn.get(), 'o', word.data(), word.size());
+    } catch (const Error& e) {
+      warn(kTool, e.what(), std::cerr);
+    }
+  }
+}
+
+void run_workflow(const std::vector<std::string>& args) {
+  std::string profile;
+  const PluginPlaces where = plugin_places("RSUB_SNAKEMAKE_PROFILE", "snakemake/rkit", "../share/rkit");
+  for (const auto& place : where.places)
+    if (::access((place / "config.yaml").c_str(), R_OK) == 0) {
+      profile = place.string();
+      break;
+    }
+  if (profile.empty())
+    throw Error(Exit::Unavailable, "rkit's Snakemake profile is not installed (no snakemake/rkit/config.yaml)",
+                where.named ? "RSUB_SNAKEMAKE_PROFILE names a folder without config.yaml" : "make install installs it");
+  if (const auto exe = self_exe(); !exe.empty()) {
+    const char* path = std::getenv("PATH");
+    const std::string mine = exe.parent_path().string() + (path && *path ? ":" + std::string(path) : "");
+    ::setenv("PATH", mine.c_str(), 1);
+  }
+  ::setenv("CI", "true", 0);
+  std::vector<std::string> argv{"snakemake", "--profile", profile};
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::vector<char*> c_argv;
+  for (auto& a : argv) c_argv.push_back(a.data());
+  c_argv.push_back(nullptr);
+  std::cout.flush();
+  ::execvp("snakemake", c_argv.data());
+  const int e = errno;
+  throw Error(e == ENOENT ? Exit::Unavailable : Exit::Software, fmt::format("run snakemake: {}", std::strerror(e)),
+              e == ENOENT ? "install Snakemake 7 (Debian: apt-get install snakemake)" : "");
+}
+
+}  // namespace rkit::rsub
