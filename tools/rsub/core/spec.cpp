@@ -74,12 +74,7 @@ bool bad_name_char(char c) {
 
 // The command's basename ("sh" for a /bin/sh -c string), made valid as a name.
 std::string default_name(const std::vector<std::string>& command) {
-  std::string name = command.empty() ? std::string() : base_name(command.front());
-  std::replace_if(name.begin(), name.end(), bad_name_char, '_');
-  if (!is_utf8(name))  // a name is text: each byte outside ASCII then becomes _
-    std::replace_if(
-        name.begin(), name.end(), [](char c) { return static_cast<unsigned char>(c) >= 0x80; }, '_');
-  return name;
+  return valid_name(command.empty() ? std::string() : base_name(command.front()));
 }
 
 std::optional<double> none_if_zero(double seconds) {
@@ -156,6 +151,14 @@ void validate(const JobSpec& s, const Fail& fail) {
 }
 
 }  // namespace spec_rules
+
+std::string valid_name(std::string name) {
+  std::replace_if(name.begin(), name.end(), spec_rules::bad_name_char, '_');
+  if (!is_utf8(name))  // a name is text: each byte outside ASCII then becomes _
+    std::replace_if(
+        name.begin(), name.end(), [](char c) { return static_cast<unsigned char>(c) >= 0x80; }, '_');
+  return name;
+}
 
 using namespace spec_rules;
 

@@ -153,6 +153,9 @@ std::vector<int> parse_array_range(std::string_view text);
 std::vector<Dependency> parse_dependency(std::string_view text);
 // "a,b,,c" → {"a", "b", "", "c"}: every field, empty ones too (views into `s`).
 std::vector<std::string_view> split(std::string_view s, char sep);
+// `text` made valid as a name (a job's, a workflow's): whitespace and control characters
+// become _, and so does every byte outside ASCII when it is not UTF-8.
+std::string valid_name(std::string text);
 // "SIGKILL", "KILL", "9" → 9; nullopt when not a signal.
 std::optional<int> parse_signal(std::string_view text);
 

@@ -9,7 +9,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <climits>
@@ -67,22 +66,27 @@ std::string resource_text(const Json& value, std::string_view key) {
   throw Error(Exit::DataErr, fmt::format("job script: resource {} must be text, not {}", key, value.dump()));
 }
 
-// The first line of the daemon's JSON output, parsed.
+// The daemon's JSON output, one record a line.
+std::vector<Json> records_of(const Answer& a) {
+  std::vector<Json> records;
+  for (std::size_t at = 0; at < a.out.size();) {
+    const std::size_t end = std::min(a.out.find('\n', at), a.out.size());
+    if (end > at)
+      records.push_back(parse_json(std::string_view(a.out).substr(at, end - at), "the rsub daemon's answer"));
+    at = end + 1;
+  }
+  return records;
+}
+
 Json first_record(const Answer& a) {
-  const std::string line = a.out.substr(0, a.out.find('\n'));
-  return parse_json(line, "the rsub daemon's answer");
+  std::vector<Json> records = records_of(a);
+  if (records.empty()) throw Error(Exit::Software, "the rsub daemon's answer has no record");
+  return std::move(records.front());
 }
 
 std::map<std::string, std::string> states_of(const Answer& a) {
   std::map<std::string, std::string> states;
-  for (std::size_t at = 0; at < a.out.size();) {
-    const std::size_t end = std::min(a.out.find('\n', at), a.out.size());
-    if (end > at) {
-      const Json record = parse_json(std::string_view(a.out).substr(at, end - at), "the rsub daemon's answer");
-      states[record.value("id", "")] = record.value("state", "");
-    }
-    at = end + 1;
-  }
+  for (const Json& job : records_of(a)) states[job.value("id", "")] = job.value("state", "");
   return states;
 }
 
@@ -106,18 +110,11 @@ void cancel_run(const AskDaemon& ask, const std::string& workflow, double starte
   try {
     const Answer active = ask({{"cmd", "ls"}, {"workflow", workflow}, {"format", "json"}});
     if (active.code != 0) throw Error(Exit::Unavailable, active.err);
-    const std::string cwd = current_dir();
+    const Json cwd = bytes_json(current_dir());  // as records write the workdir
     std::vector<std::string> ids;
-    for (std::size_t at = 0; at < active.out.size();) {
-      const std::size_t end = std::min(active.out.find('\n', at), active.out.size());
-      if (end > at) {
-        const Json job = parse_json(std::string_view(active.out).substr(at, end - at), "the rsub daemon's answer");
-        const Json& workdir = job.value("workdir", Json());
-        if (job.value("submit_unix_s", 0.0) >= started_s && workdir.is_string() && workdir.get<std::string>() == cwd)
-          ids.push_back(job.value("id", ""));
-      }
-      at = end + 1;
-    }
+    for (const Json& job : records_of(active))
+      if (job.value("submit_unix_s", 0.0) >= started_s && job.value("workdir", Json()) == cwd)
+        ids.push_back(job.value("id", ""));
     if (ids.empty()) return;
     const Answer a = ask({{"cmd", "cancel"}, {"ids", ids}});
     std::cerr << a.err;
@@ -129,11 +126,8 @@ void cancel_run(const AskDaemon& ask, const std::string& workflow, double starte
 }  // namespace
 
 std::string default_workflow(const std::string& cwd) {
-  std::string name = base_name(cwd);
-  if (name.empty() || name == "/" || name == ".") name = "workflow";
-  for (char& c : name)
-    if (std::isspace(static_cast<unsigned char>(c)) || std::iscntrl(static_cast<unsigned char>(c))) c = '_';
-  return name;
+  const std::string name = base_name(cwd);
+  return name.empty() || name == "/" || name == "." ? std::string("workflow") : valid_name(name);
 }
 
 JobSpec spec_of_jobscript(std::string_view script, const std::string& workflow) {
@@ -268,11 +262,10 @@ std::string_view RoundCache::status(const std::string& id) {
   // after it): once, unless a round already queried for one.
   const bool again = asked_.count(id) > 0;
   const bool unknown = !states_.count(id) && !queried_for_unknown_;
-  if (!fresh_ || again || unknown) {
+  if (queries_ == 0 || again || unknown) {
     ++queries_;
     if (auto states = query_()) states_ = std::move(*states);
     asked_.clear();
-    fresh_ = true;
     queried_for_unknown_ = !again && unknown;
   }
   asked_.insert(id);

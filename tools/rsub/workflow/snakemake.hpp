@@ -87,7 +87,6 @@ class RoundCache {
   Query query_;
   std::map<std::string, std::string> states_;  // as of the last query
   std::set<std::string> asked_;                // since the last query
-  bool fresh_ = false;                         // a query was made
   bool queried_for_unknown_ = false;           // the last query was for a job it did not know
   int queries_ = 0;
 };
