@@ -5,9 +5,10 @@ Written from rcost's definitions (rcost(1), rkit(7)), not from its code; Python 
 standard library only. Times are Unix seconds; a window is [SINCE, UNTIL).
 
   rcost_check.py totals --prices SHEET --since S --until U [--config CFG]
-                        [--slurm-backend NAME] INPUT...
-      One JSON line per tenant with usage in the window: tenant, jobs, gpu_hours,
-      core_hours, memory_gib_hours, cost; the jobs are rkit.job.v1 records or
+                        [--slurm-backend NAME] [--by KEYS] INPUT...
+      One JSON line per tenant (or per value of KEYS, comma-separated fields of the
+      records: tenant, project, workflow, rule) with usage in the window: the keys, jobs,
+      gpu_hours, core_hours, memory_gib_hours, cost; the jobs are rkit.job.v1 records or
       `sacct -a -X -P` text, priced with SHEET; samples in the inputs name the GPU
       model of jobs whose record does not.
   rcost_check.py capacity --prices SHEET --since S --until U INPUT...
@@ -18,9 +19,10 @@ standard library only. Times are Unix seconds; a window is [SINCE, UNTIL).
                          [--gpu-name NAME] [--memory-bytes B] [--seed N]
       rkit.sample.v1 lines every D seconds from T0 + D to T1 (utilisations from a
       seeded generator).
-  rcost_check.py compare --expect EXPECTED --rcost REPORT [--min-cost X]
-      Compares `totals` with the rows of `rcost report --json` (tenant key) to the
-      cent; exit 1, naming each difference, when they differ.
+  rcost_check.py compare --expect EXPECTED --rcost REPORT [--min-cost X] [--by KEYS]
+      Compares `totals` with the rows of `rcost report --json` (keyed by KEYS, as
+      `totals` was; tenant when not given) to the cent; exit 1, naming each difference,
+      when they differ.
   rcost_check.py check-capacity --expect CAPACITY --rcost REPORT [--exact]
       Conservation: per resource used + allocated idle + unallocated = capacity,
       used <= allocated <= capacity; capacity as `capacity` computed it and, with
@@ -148,7 +150,8 @@ def read_inputs(paths, users, slurm_backend):
                 start = sacct_time(row["Start"])
                 end = sacct_time(row["End"]) if start is not None else None
                 user = row["User"]
-                jobs.append(dict(id=row["JobID"], tenant=users.get(user, row["Account"] or user),
+                jobs.append(dict(id=row["JobID"], tenant=users.get(user, row["Account"] or user), project="",
+                                 workflow="", rule="",
                                  backend=slurm_backend, host=row["NodeList"], gpu_type=gpu_type,
                                  cpus=cpus, gpus=gpus, memory=mem, start=start, end=end,
                                  pus=None, gpu_indices=None, cpu_used_s=None))
@@ -162,7 +165,9 @@ def read_inputs(paths, users, slurm_backend):
                 for task in rec.get("alloc") or []:
                     pus += task.get("pus", [])
                     gpu_indices += task.get("gpus", [])
-                jobs.append(dict(id=rec["id"], tenant=rec["tenant"], backend=rec["backend"],
+                jobs.append(dict(id=rec["id"], tenant=rec["tenant"], project=rec.get("project") or "",
+                                 workflow=rec.get("workflow") or "", rule=rec.get("rule") or "",
+                                 backend=rec["backend"],
                                  host=rec.get("host") or "", gpu_type=rec.get("gpu_type") or "",
                                  cpus=rec["cpus"], gpus=rec["gpus"],
                                  memory=rec.get("tasks", 1) * rec.get("memory_per_task_bytes", 0),
@@ -210,7 +215,8 @@ def cmd_totals(a):
     sheet = load_sheet(a.prices)
     jobs, samples = read_inputs(a.inputs, config_users(a.config), a.slurm_backend)
     models = host_models(samples)
-    tenants = {}
+    keys = a.by.split(",")
+    groups = {}
     for j in jobs:
         span = usage(j, a.since, a.until)
         if span is None:
@@ -219,14 +225,15 @@ def cmd_totals(a):
             fail(f"no backend {j['backend']} in {a.prices}")
         cpu, gpu, mem = sheet[j["backend"]].rates(job_model(j, models))
         hours = (span[1] - span[0]) / 3600
-        t = tenants.setdefault(j["tenant"], dict(tenant=j["tenant"], jobs=0, gpu_hours=0.0, core_hours=0.0,
-                                                 memory_gib_hours=0.0, cost=0.0))
+        key = tuple(j[k] for k in keys)
+        t = groups.setdefault(key, dict(zip(keys, key), jobs=0, gpu_hours=0.0, core_hours=0.0,
+                                        memory_gib_hours=0.0, cost=0.0))
         t["jobs"] += 1
         t["gpu_hours"] += j["gpus"] * hours
         t["core_hours"] += j["cpus"] * hours
         t["memory_gib_hours"] += j["memory"] / GIB * hours
         t["cost"] += hours * (j["cpus"] * cpu + j["gpus"] * gpu + j["memory"] / GIB * mem)
-    for t in sorted(tenants.values(), key=lambda t: t["tenant"]):
+    for _, t in sorted(groups.items()):
         print(json.dumps(t))
 
 
@@ -369,28 +376,34 @@ def cmd_compare(a):
     with open(a.expect) as f:
         expect = [json.loads(l) for l in f if l.strip()]
     rows, summary = read_report(a.rcost)
-    got = {r["tenant"]: r for r in rows if not r["idle"]}
+    keys = a.by.split(",")
+
+    def key(r):
+        return "/".join(str(r.get(k) or "") for k in keys)
+
+    got = {key(r): r for r in rows if not r["idle"]}
     errors = []
     total = 0.0
-    print(f"{'tenant':12} {'jobs':>9} {'cost (check)':>14} {'cost (rcost)':>14}")
+    print(f"{a.by:24} {'jobs':>9} {'cost (check)':>14} {'cost (rcost)':>14}")
     for e in expect:
-        r = got.pop(e["tenant"], None)
-        print(f"{e['tenant']:12} {e['jobs']:>4}/{(r or {}).get('jobs', '-'):>4} {e['cost']:14.4f} "
+        name = f"{a.by} {key(e)}"
+        r = got.pop(key(e), None)
+        print(f"{key(e):24} {e['jobs']:>4}/{(r or {}).get('jobs', '-'):>4} {e['cost']:14.4f} "
               f"{(r or {}).get('cost', float('nan')):14.4f}")
         total += e["cost"]
         if r is None:
-            errors.append(f"tenant {e['tenant']}: no row in the report")
+            errors.append(f"{name}: no row in the report")
             continue
         if r["jobs"] != e["jobs"]:
-            errors.append(f"tenant {e['tenant']}: jobs {r['jobs']}, expected {e['jobs']}")
+            errors.append(f"{name}: jobs {r['jobs']}, expected {e['jobs']}")
         if not same_cents(r["cost"], e["cost"]):
-            errors.append(f"tenant {e['tenant']}: cost {r['cost']!r}, expected {e['cost']!r}")
+            errors.append(f"{name}: cost {r['cost']!r}, expected {e['cost']!r}")
         for k in ("gpu_hours", "core_hours", "memory_gib_hours"):
             if not same_hours(r[k], e[k]):
-                errors.append(f"tenant {e['tenant']}: {k} {r[k]!r}, expected {e[k]!r}")
-    for tenant, r in got.items():  # rows of jobs with no usage in the window (queue waits only)
+                errors.append(f"{name}: {k} {r[k]!r}, expected {e[k]!r}")
+    for k, r in got.items():  # rows of jobs with no usage in the window (queue waits only)
         if r["jobs"] != 0 or r["cost"] != 0:
-            errors.append(f"tenant {tenant}: a row the check does not have: jobs {r['jobs']}, cost {r['cost']!r}")
+            errors.append(f"{a.by} {k}: a row the check does not have: jobs {r['jobs']}, cost {r['cost']!r}")
     if not same_cents(summary["total"]["cost"], total):
         errors.append(f"total cost {summary['total']['cost']!r}, expected {total!r}")
     if summary["jobs_run"] != sum(e["jobs"] for e in expect):
@@ -491,6 +504,7 @@ def main():
         s.add_argument("--config")
         s.add_argument("--slurm-backend", default="slurm")
         s.add_argument("inputs", nargs="+")
+    sub.choices["totals"].add_argument("--by", default="tenant")
     s = sub.add_parser("samples")
     s.add_argument("--host", required=True)
     s.add_argument("--start", type=float, required=True)
@@ -505,6 +519,7 @@ def main():
     s.add_argument("--expect", required=True)
     s.add_argument("--rcost", required=True)
     s.add_argument("--min-cost", type=float, default=1.0)
+    s.add_argument("--by", default="tenant")
     s = sub.add_parser("check-capacity")
     s.add_argument("--expect", required=True)
     s.add_argument("--rcost", required=True)

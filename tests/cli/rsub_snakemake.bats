@@ -90,6 +90,38 @@ EOF
   [[ $(rsub ls --all --workflow wf --json | jq -s length) == 4 ]]
 }
 
+@test "the example pipeline: every rule an rsub job, Snakemake's own results, and each stage's cost the sum of its jobs'" {
+  pipeline=$RKIT_ROOT/examples/pipeline
+  mkdir own
+  (cd own && snakemake -s "$pipeline/Snakefile" --cores 2 -q >/dev/null 2>&1)  # the local executor, no rsub
+  run --separate-stderr rsub workflow -s "$pipeline/Snakefile" -q
+  assert_success
+  [[ $(head -n 1 report.txt) =~ ^model:\ 200\ steps\ on\ 2\ ranks,\ eval\ loss\ [0-9.]+,\ 2\ checkpoints$ ]]
+  diff -r own/backtest backtest
+  cmp own/report.txt report.txt
+  [[ $(wc -l <report.txt) == 5 ]]  # the header, two held-out days, the total
+  jq -e -s 'length == 2 and all(.bars == 379 and .symbols == 3 and (.sharpe | type) == "number")' backtest/*.json
+  [[ $(cd model/ckpt && echo *.rkpt) == "step-100.rkpt step-200.rkpt" ]]
+  rckpt verify model/ckpt/step-200.rkpt >/dev/null
+  rsub ls --all --workflow wf --json >records.jsonl
+  records=$(<records.jsonl)
+  # 18 market (6 dates x 3 symbols), 6 features, dataset, train, 2 backtests, report.
+  jq -e -s 'length == 29 and all(.state == "COMPLETED")
+            and (group_by(.rule) | map({(.[0].rule): length}) | add)
+                == {"market": 18, "features": 6, "dataset": 1, "train": 1, "backtest": 2, "report": 1}
+            and (map(select(.rule == "train"))[0].cpus == 2)' <<<"$records"
+  since=$(jq -s 'map(.submit_unix_s) | min | floor' <<<"$records")
+  until=$(jq -s 'map(.end_unix_s) | max | floor + 1' <<<"$records")
+  prices=$FIXTURES/rcost/prices.toml
+  check=$RKIT_ROOT/tests/cli/rcost_check.py
+  rcost --prices "$prices" report --by workflow,rule --since "@$since" --until "@$until" --json records.jsonl >stages.jsonl
+  python3 "$check" totals --by workflow,rule --prices "$prices" --since "$since" --until "$until" records.jsonl >stages.expected
+  run python3 "$check" compare --by workflow,rule --expect stages.expected --rcost stages.jsonl
+  echo "$output"
+  assert_success
+  [[ $(jq -s 'map(select(.workflow == "wf")) | length' stages.expected) == 6 ]]
+}
+
 @test "rule resources become the job's: threads, mem_mb, gpus, runtime, tenant, project" {
   cat >Snakefile <<'EOF'
 rule big:
@@ -113,6 +145,59 @@ EOF
   RSUB_WORKFLOW=gpu run --separate-stderr rsub workflow --cores 2
   assert_failure
   [[ $stderr == *"Error submitting jobscript"* ]]
+}
+
+@test "on Kubernetes (the FAKE kubectl): one Job per rule's job, labelled with workflow and rule; Ctrl-C deletes them" {
+  export FAKE_KUBE_DIR=$BATS_TEST_TMPDIR/kube
+  mkdir -p "$FAKE_KUBE_DIR"
+  touch "$FAKE_KUBE_DIR/running"  # the fake's cluster admits and runs what is created
+  cat >>"$RKIT_CONFIG" <<EOF
+[rsub.backends.gke]
+kind = "kubernetes"
+kubectl = "$RKIT_ROOT/tests/fakes/fake_kubectl"
+namespace = "research"
+image = "registry.example/ml:1"
+queues = { desk-a = "desk-a-queue" }
+refresh = "0s"
+EOF
+  cat >Snakefile <<'EOF'
+rule all:
+    input: "report.txt"
+rule gen:
+    output: "data/{i}.txt"
+    threads: 2
+    resources: mem_mb=500, runtime=30
+    shell: "echo {wildcards.i} > {output}"
+rule report:
+    input: expand("data/{i}.txt", i=range(3))
+    output: "report.txt"
+    shell: "cat {input} > {output}"
+EOF
+  set -m
+  rsub workflow --default-resources "backend='gke'" "tenant='desk-a'" >smk.log 2>&1 &
+  SMK_PID=$!
+  set +m
+  wait_jobs wf RUNNING 3 gen
+  jq -c '.items[] | select(.kind == "Job")' "$FAKE_KUBE_DIR/applied.json" >jobs.jsonl
+  [[ $(wc -l <jobs.jsonl) == 3 ]]  # the first stage only: report waits for its inputs
+  jq -e -s 'all(.metadata.labels["rkit.io/workflow"] == "wf" and .metadata.labels["rkit.io/rule"] == "gen"
+                and .metadata.labels["kueue.x-k8s.io/queue-name"] == "desk-a-queue"
+                and .metadata.annotations["rkit.io/workflow"] == "wf"
+                and .spec.activeDeadlineSeconds == 1800
+                and (.spec.template.spec.containers[0] | .image == "registry.example/ml:1"
+                     and .resources.requests.cpu == "2" and .resources.limits.memory == "500000000"
+                     and .command[0:2] == ["/bin/sh", "-c"] and (.command[2] | contains("--target-jobs"))))' jobs.jsonl
+  kill -INT "$SMK_PID"
+  start=$SECONDS
+  wait_jobs wf CANCELLED 3 gen
+  ((SECONDS - start <= 2))
+  for name in $(jq -r .metadata.name jobs.jsonl); do
+    grep -q -- "delete --ignore-not-found --wait=false.* job/$name" "$FAKE_KUBE_DIR/calls" || { cat "$FAKE_KUBE_DIR/calls"; false; }
+  done
+  rc=0
+  wait_exit "$SMK_PID" 10 || rc=$?
+  ((rc != 124))
+  SMK_PID=
 }
 
 @test "a killed job runs again on Snakemake's retry, with its attempt's larger resources" {

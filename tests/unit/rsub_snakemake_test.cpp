@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "rkit/process.hpp"
 #include "test_support.hpp"
 
 namespace rkit::rsub {
@@ -40,6 +41,25 @@ TEST(RsubSnakemake, ResourcesBecomeTheJobsSpec) {
   EXPECT_EQ(spec.backend, "auto");
   EXPECT_EQ(spec.slurm.partition, "debug");
   EXPECT_EQ(spec.command, (std::vector<std::string>{"/bin/sh", "-c", text}));  // the script itself, kept
+}
+
+// The quick start: the same arguments, through rsub-smk-job.py when the job's machine has
+// it, else plain -m snakemake (printf stands in for Python: it shows what Python got).
+TEST(RsubSnakemake, TheQuickStartRunsTheSameArgumentsThroughTheProfilesFile) {
+  const std::string text =
+      "#!/bin/sh\n# properties = {\"rule\": \"a\"}\n"
+      "cd / && printf '%s|' -m snakemake --target-jobs 'a:x=1' --mode 2 && echo ok\n";
+  auto ran = [&](const std::string& quick) {
+    const JobSpec spec = spec_of_jobscript(text, "w", quick);
+    SpawnOptions o;
+    o.argv = spec.command;
+    o.out = Redirect::pipe();
+    return run(o, 10).out;
+  };
+  EXPECT_EQ(ran(""), "-m|snakemake|--target-jobs|a:x=1|--mode|2|ok\n");
+  EXPECT_EQ(ran("/dev/null"), "/dev/null|--target-jobs|a:x=1|--mode|2|ok\n");
+  EXPECT_EQ(ran("/nonexistent/it's job.py"), "-m|snakemake|--target-jobs|a:x=1|--mode|2|ok\n");
+  EXPECT_EQ(spec_of_jobscript(text, "w", "/dev/null").rule, "a");
 }
 
 TEST(RsubSnakemake, AGroupJobIsNamedByItsGroup) {

@@ -191,6 +191,22 @@ TEST(RsubStore, UndoStartAndFinishOnlyTouchActiveJobs) {
   EXPECT_EQ(store.job(id)->state, JobState::Failed);
 }
 
+TEST(RsubStore, ACancelSeenAsLostByAConcurrentRefreshEndsCancelled) {
+  TestClock tick;
+  testing::TempDir dir;
+  Store store(dir.path());
+  const auto lost = store.submit(simple(), kAlice, tick()).front();
+  const auto failed = store.submit(simple(), kAlice, tick()).front();
+  EXPECT_FALSE(store.lost_was_cancelled(lost, "cancelled by alice"));  // still active
+  ASSERT_TRUE(store.finish(lost, JobState::Lost, "no longer listed by Kubernetes", tick()));
+  ASSERT_TRUE(store.finish(failed, JobState::Failed, "x", tick()));
+  EXPECT_TRUE(store.lost_was_cancelled(lost, "cancelled by alice"));
+  EXPECT_FALSE(store.lost_was_cancelled(failed, "cancelled by alice"));
+  EXPECT_EQ(store.job(lost)->state, JobState::Cancelled);
+  EXPECT_EQ(store.job(lost)->reason, "cancelled by alice");
+  EXPECT_EQ(store.job(failed)->state, JobState::Failed);
+}
+
 TEST(RsubStore, RecordCarriesWhatCostReportsNeed) {
   testing::TempDir dir;
   Store store(dir.path());

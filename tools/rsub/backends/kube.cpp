@@ -98,18 +98,23 @@ Json kube_manifests(const JobSpec& spec, const KubeTarget& target, std::int64_t 
   const std::string& queue = spec.kube.queue.empty() ? target.queue : spec.kube.queue;
 
   const std::string id_label = label_value(shown_id);
-  const Json labels = {{"rkit.io/job-id", id_label},
-                       {"rkit.io/tenant", label_value(spec.tenant)},
-                       {"rkit.io/user", label_value(user)},
-                       {"rkit.io/backend", label_value(target.backend)}};
+  Json labels = {{"rkit.io/job-id", id_label},
+                 {"rkit.io/tenant", label_value(spec.tenant)},
+                 {"rkit.io/user", label_value(user)},
+                 {"rkit.io/backend", label_value(target.backend)}};
+  // A workflow's jobs: `kubectl get jobs -l rkit.io/workflow=W,rkit.io/rule=R`.
+  if (!spec.workflow.empty()) labels["rkit.io/workflow"] = label_value(spec.workflow);
+  if (!spec.rule.empty()) labels["rkit.io/rule"] = label_value(spec.rule);
   Json job_labels = Json::object();
   if (!queue.empty()) job_labels["kueue.x-k8s.io/queue-name"] = label_value(queue);
   if (!target.priority_class.empty()) job_labels["kueue.x-k8s.io/priority-class"] = label_value(target.priority_class);
   job_labels.update(labels);
-  const Json annotations = {{"rkit.io/tenant", spec.tenant},
-                            {"rkit.io/user", user},
-                            {"rkit.io/project", spec.project},
-                            {"rkit.io/priority", std::to_string(spec.priority)}};
+  Json annotations = {{"rkit.io/tenant", spec.tenant},
+                      {"rkit.io/user", user},
+                      {"rkit.io/project", spec.project},
+                      {"rkit.io/priority", std::to_string(spec.priority)}};
+  if (!spec.workflow.empty()) annotations["rkit.io/workflow"] = spec.workflow;
+  if (!spec.rule.empty()) annotations["rkit.io/rule"] = spec.rule;
 
   Json env = Json::array();
   for (const auto& [key, value] : spec.env) env.push_back(env_value(key, value));

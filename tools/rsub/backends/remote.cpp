@@ -138,8 +138,12 @@ class RemoteJobs final : public Backend {
       if (!j.remote_id.empty()) ids.push_back(j.remote_id);
     if (ids.empty()) return;
     Store& store = ctx.store();
-    if (r_->control(ids, action))  // the backend forgot them
-      for (const JobRecord& j : jobs) store.finish(j.id, JobState::Cancelled, "cancelled by " + ctx.me.user, now_s());
+    if (r_->control(ids, action)) {  // the backend forgot them
+      const std::string reason = "cancelled by " + ctx.me.user;
+      for (const JobRecord& j : jobs)  // active when asked: LOST now only if a refresh saw it deleted
+        if (!store.finish(j.id, JobState::Cancelled, reason, now_s()) && !terminal(j.state))
+          store.lost_was_cancelled(j.id, reason);
+    }
     refresh(ctx, false, true);  // what they are now
   }
 

@@ -166,6 +166,9 @@ class Store {
   // Ends an active job without running it further (FAILED DependencyNeverSatisfied,
   // LOST ...). False when it was no longer active.
   bool finish(std::int64_t id, JobState state, const std::string& reason, double now);
+  // LOST → CANCELLED: a remote job whose cancel a concurrent refresh saw as gone. False
+  // when it is not LOST.
+  bool lost_was_cancelled(std::int64_t id, const std::string& reason);
 
   // --- supervisors ----------------------------------------------------------------------
   void task_started(std::int64_t id, int attempt, int task, int pid, double now);

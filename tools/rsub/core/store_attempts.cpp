@@ -126,6 +126,11 @@ bool Store::finish(std::int64_t id, JobState state, const std::string& reason, d
   return sqlite3_changes(db_) > 0;
 }
 
+bool Store::lost_was_cancelled(std::int64_t id, const std::string& reason) {
+  stmt("UPDATE jobs SET state = 'CANCELLED', reason = ? WHERE id = ? AND state = 'LOST'").bind(reason).bind(id).run();
+  return sqlite3_changes(db_) > 0;
+}
+
 void Store::task_started(std::int64_t id, int attempt, int task, int pid, double now) {
   stmt("INSERT OR REPLACE INTO tasks(job_id, attempt, task, pid, start_s) VALUES(?, ?, ?, ?, ?)")
       .bind(id)

@@ -90,31 +90,35 @@ std::map<std::string, std::string> states_of(const Answer& a) {
   return states;
 }
 
-// The sidecar's answer for `id`, or nullopt when there is no sidecar to ask.
-std::optional<std::string> ask_sidecar(const SidecarVars& vars, const std::string& id) {
+// The sidecar's answer to a frame of `kind` ('q': the status of job `id`; 's': job `id`
+// was submitted by this run), or nullopt when there is no sidecar to ask.
+std::optional<std::string> ask_sidecar(const SidecarVars& vars, char kind, const std::string& id) {
   const int fd = connect_daemon(vars.socket, ::geteuid());  // refuses a listener of another user
   if (fd < 0) return std::nullopt;
   UniqueFd conn(fd);
-  if (!write_frame(fd, 'q', id.data(), id.size())) return std::nullopt;
+  if (!write_frame(fd, kind, id.data(), id.size())) return std::nullopt;
   std::string word;
-  const auto kind = read_frame(fd, word, 64, std::chrono::steady_clock::now() + std::chrono::seconds(5));
-  if (kind != 'o') return std::nullopt;
+  const auto answer = read_frame(fd, word, 64, std::chrono::steady_clock::now() + std::chrono::seconds(5));
+  if (answer != 'o') return std::nullopt;
   return word;
 }
 
 // Snakemake stops its sidecar when it ends, however it ends (its Ctrl-C too: the profile
 // leaves --cluster-cancel out, since Snakemake 7.21 given both never exits after one);
-// this run's jobs that still wait or run are cancelled then: those of the workflow
-// submitted from this folder since the sidecar started.
-void cancel_run(const AskDaemon& ask, const std::string& workflow, double started_s) {
+// this run's jobs that still wait or run are cancelled then: those of the workflow that
+// its submits named to the sidecar, and those submitted from this folder since it started
+// (a job in a container, on Kubernetes, has no folder here).
+void cancel_run(const AskDaemon& ask, const std::string& workflow, double started_s,
+                const std::set<std::string>& submitted) {
   try {
     const Answer active = ask({{"cmd", "ls"}, {"workflow", workflow}, {"format", "json"}});
     if (active.code != 0) throw Error(Exit::Unavailable, active.err);
     const Json cwd = bytes_json(current_dir());  // as records write the workdir
     std::vector<std::string> ids;
     for (const Json& job : records_of(active))
-      if (job.value("submit_unix_s", 0.0) >= started_s && job.value("workdir", Json()) == cwd)
-        ids.push_back(job.value("id", ""));
+      if (std::string id = job.value("id", "");
+          submitted.count(id) || (job.value("submit_unix_s", 0.0) >= started_s && job.value("workdir", Json()) == cwd))
+        ids.push_back(std::move(id));
     if (ids.empty()) return;
     const Answer a = ask({{"cmd", "cancel"}, {"ids", ids}});
     std::cerr << a.err;
@@ -130,7 +134,7 @@ std::string default_workflow(const std::string& cwd) {
   return name.empty() || name == "/" || name == "." ? std::string("workflow") : valid_name(name);
 }
 
-JobSpec spec_of_jobscript(std::string_view script, const std::string& workflow) {
+JobSpec spec_of_jobscript(std::string_view script, const std::string& workflow, const std::string& quick) {
   constexpr std::string_view kMark = "# properties = ";
   std::size_t at = 0;
   while (at < script.size() && script.compare(at, kMark.size(), kMark) != 0) {
@@ -149,6 +153,16 @@ JobSpec spec_of_jobscript(std::string_view script, const std::string& workflow) 
   spec.rule = props.value(group ? "groupid" : "rule", "");
   spec.name = spec.rule.empty() ? "snakejob" : spec.rule;
   spec.command = {"/bin/sh", "-c", std::string(script)};
+  constexpr std::string_view kModule = " -m snakemake ";
+  if (const std::size_t m = script.find(kModule, end); !quick.empty() && m != std::string_view::npos) {
+    // Where the job's machine lacks the file (another filesystem), plain -m snakemake.
+    std::string quoted = "'";
+    for (char c : quick) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    quoted += '\'';
+    spec.command[2] =
+        fmt::format("{}\nif [ -r {} ]; then set -- {}; else set -- -m snakemake; fi{} \"$@\" {}", script.substr(0, end),
+                    quoted, quoted, script.substr(end, m - end), script.substr(m + kModule.size()));
+  }
   if (const auto threads = props.find("threads"); threads != props.end())
     spec.resources.cpus_per_task = whole(resource_number(*threads, "threads"), "threads", 1);
   const auto resources = props.find("resources");
@@ -210,7 +224,12 @@ std::optional<SidecarVars> sidecar_vars(const char* env_value) {
 
 int snakemake_submit(const std::string& jobscript, const AskDaemon& ask, std::ostream& out) {
   const auto vars = sidecar_vars(std::getenv("SNAKEMAKE_CLUSTER_SIDECAR_VARS"));
-  const JobSpec spec = spec_of_jobscript(read_file(jobscript, 64u << 20), vars ? vars->workflow : workflow_name());
+  std::string quick;
+  if (const char* off = std::getenv("RSUB_SNAKEMAKE_QUICK"); !off || std::string_view(off) != "0")
+    if (const std::string profile = snakemake_profile(); !profile.empty()) quick = profile + "/rsub-smk-job.py";
+  if (!quick.empty() && ::access(quick.c_str(), R_OK) != 0) quick.clear();
+  const JobSpec spec =
+      spec_of_jobscript(read_file(jobscript, 64u << 20), vars ? vars->workflow : workflow_name(), quick);
   std::vector<std::string> environment;
   for (char** e = environ; *e; ++e) environment.emplace_back(*e);
   Json request = submit_request(spec, false, environment);
@@ -218,14 +237,22 @@ int snakemake_submit(const std::string& jobscript, const AskDaemon& ask, std::os
   const Answer a = ask(std::move(request));
   std::cerr << a.err;
   if (a.code != 0) return a.code;
-  out << first_record(a).value("id", "") << '\n';
+  const std::string id = first_record(a).value("id", "");
+  if (vars) {  // so that the sidecar cancels it when snakemake ends
+    try {
+      if (!ask_sidecar(*vars, 's', id)) warn(kTool, fmt::format("job {}: the sidecar did not answer", id), std::cerr);
+    } catch (const Error& e) {
+      warn(kTool, fmt::format("job {}: the sidecar did not answer ({})", id, e.what()), std::cerr);
+    }
+  }
+  out << id << '\n';
   return 0;
 }
 
 int snakemake_status(const std::string& id, const AskDaemon& ask, std::ostream& out) {
   if (const auto vars = sidecar_vars(std::getenv("SNAKEMAKE_CLUSTER_SIDECAR_VARS"))) {
     try {
-      if (const auto word = ask_sidecar(*vars, id)) {
+      if (const auto word = ask_sidecar(*vars, 'q', id)) {
         out << *word << '\n';
         return 0;
       }
@@ -318,6 +345,8 @@ int snakemake_sidecar(const AskDaemon& ask, std::ostream& out) {
     }
     return std::nullopt;
   });
+  std::set<std::string> submitted;  // the ids this run's submits named
+  constexpr std::size_t kMaxSubmitted = 1 << 20;
   for (;;) {
     pollfd fds[2] = {{listener.get(), POLLIN, 0}, {signals.get(), POLLIN, 0}};
     if (::poll(fds, 2, -1) < 0) {
@@ -325,7 +354,7 @@ int snakemake_sidecar(const AskDaemon& ask, std::ostream& out) {
       throw system_error("poll", errno);
     }
     if (fds[1].revents) {
-      cancel_run(ask, workflow, started_s);
+      cancel_run(ask, workflow, started_s, submitted);
       return 0;
     }
     if (!(fds[0].revents & POLLIN)) continue;
@@ -335,26 +364,34 @@ int snakemake_sidecar(const AskDaemon& ask, std::ostream& out) {
       if (peer_of(conn.get()).uid != ::geteuid()) continue;  // the folder is ours alone; refuse anyone else
       std::string id;
       const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-      if (read_frame(conn.get(), id, 64, deadline) != 'q') continue;
-      const std::string_view word = cache.status(id);
-      write_frame(conn.get(), 'o', word.data(), word.size());
+      const auto kind = read_frame(conn.get(), id, 64, deadline);
+      if (kind == 's') {
+        if (submitted.size() < kMaxSubmitted) submitted.insert(id);
+        write_frame(conn.get(), 'o', "ok", 2);
+      } else if (kind == 'q') {
+        const std::string_view word = cache.status(id);
+        write_frame(conn.get(), 'o', word.data(), word.size());
+      }
     } catch (const Error& e) {
       warn(kTool, e.what(), std::cerr);
     }
   }
 }
 
+std::string snakemake_profile() {
+  for (const auto& place : plugin_places("RSUB_SNAKEMAKE_PROFILE", "snakemake/rkit", "../share/rkit").places)
+    if (::access((place / "config.yaml").c_str(), R_OK) == 0) return place.string();
+  return {};
+}
+
 void run_workflow(const std::vector<std::string>& args) {
-  std::string profile;
-  const PluginPlaces where = plugin_places("RSUB_SNAKEMAKE_PROFILE", "snakemake/rkit", "../share/rkit");
-  for (const auto& place : where.places)
-    if (::access((place / "config.yaml").c_str(), R_OK) == 0) {
-      profile = place.string();
-      break;
-    }
-  if (profile.empty())
-    throw Error(Exit::Unavailable, "rkit's Snakemake profile is not installed (no snakemake/rkit/config.yaml)",
-                where.named ? "RSUB_SNAKEMAKE_PROFILE names a folder without config.yaml" : "make install installs it");
+  const std::string profile = snakemake_profile();
+  if (profile.empty()) {
+    const char* named = std::getenv("RSUB_SNAKEMAKE_PROFILE");
+    throw Error(
+        Exit::Unavailable, "rkit's Snakemake profile is not installed (no snakemake/rkit/config.yaml)",
+        named && *named ? "RSUB_SNAKEMAKE_PROFILE names a folder without config.yaml" : "make install installs it");
+  }
   if (const auto exe = self_exe(); !exe.empty()) {
     const char* path = std::getenv("PATH");
     const std::string mine = exe.parent_path().string() + (path && *path ? ":" + std::string(path) : "");
