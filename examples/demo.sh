@@ -2,8 +2,10 @@
 # `make demo`: the platform end to end on this machine, on the embedded defaults, showing
 # what a researcher sees: the machine (rtop), what it can do (rbench run --quick), a
 # 2-rank training job with checkpoints submitted to the scheduler (rsub submit, rsub wait),
-# its newest checkpoint checked and listed (rckpt verify, rckpt ls), and what the session
-# cost (rcost report over the job records and the samples rtop took meanwhile).
+# its newest checkpoint checked and listed (rckpt verify, rckpt ls), a research pipeline
+# of Snakemake rules each run as an rsub job (rsub workflow, examples/pipeline), and what
+# the session cost (rcost report over the job records and the samples rtop took
+# meanwhile; the pipeline's cost per stage).
 #
 # Usage: examples/demo.sh [BUILD_DIR]      (make demo passes its build directory)
 # Everything it writes lands in one directory, which it names at the start and the end:
@@ -78,10 +80,18 @@ newest=$(ls -t ckpt/*.rkpt | head -n 1)
 step "rckpt verify $newest"
 step "rckpt ls $newest"
 
+note "A research pipeline: 29 Snakemake rules, each an rsub job (rsub workflow, examples/pipeline)"
+mkdir pipeline
+step "(cd pipeline && rsub workflow -s $root/examples/pipeline/Snakefile --quiet all)"
+step "cat pipeline/report.txt"
+step "rsub ls --all --workflow pipeline | head -n 4"
+
 note "What the session cost, from the job records and the samples (rcost)"
 stop_all
 cp "$root/examples/prices.toml" prices.toml  # list prices and on-premises costs (rcost(1), PRICE SHEET)
 step "rsub ls --all --json | rcost --prices prices.toml report - samples.jsonl"
+note "The pipeline's cost per stage"
+step "rsub ls --all --json --workflow pipeline | rcost --prices prices.toml report --by workflow,rule -"
 note "The same in JSON: seconds on a small machine cost fractions of a cent"
 step "rsub ls --all --json | rcost --prices prices.toml report --json - samples.jsonl |
   jq -c 'select(.schema == \"rkit.cost.v1\") | {tenant, jobs, core_hours, cost, waste_cost, total_cost, currency}'"

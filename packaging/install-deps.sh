@@ -33,7 +33,7 @@ bench=(hyperfine bsdextrautils time zstd python3 python3-numpy fio likwid python
   slurmctld slurmd slurm-client munge  # bench/rsub.sh starts a single-node Slurm
   python3-pandas)  # bench/rcost.sh: the same report computed with pandas
 package=(dpkg-dev file)   # CPack's .deb generator runs dpkg-shlibdeps
-demo=(jq)                 # make demo: the tools, and jq for the records it shows
+demo=(jq snakemake python3-numpy)  # make demo: the tools, jq for the records it shows, the pipeline
 fuzz=(clang libclang-rt-14-dev)
 
 check_only=0

@@ -23,7 +23,8 @@ procs_in() {
   assert_line "demo: ok; files in $RKIT_DEMO_DIR"
   # The steps the issue lists, each with real output.
   for cmd in 'rtop' 'rbench -q run --quick' 'job=\$\(rsub submit' 'rsub wait' 'rckpt verify' 'rckpt ls' \
-    'rsub ls --all --json \| rcost --prices prices.toml report'; do
+    'rsub ls --all --json \| rcost --prices prices.toml report' '\(cd pipeline && rsub workflow -s' \
+    'rsub ls --all --json --workflow pipeline \| rcost --prices prices.toml report --by workflow,rule'; do
     assert_line --regexp "^\\\$ $cmd"
   done
   assert_line --regexp '^cpu\.stream +triad .* ok$'
@@ -31,8 +32,13 @@ procs_in() {
   assert_line --regexp '^1 +train +.* COMPLETED '
   assert_line --regexp '^ok: [0-9]+ frames, .*ckpt/step-300\.rkpt$'
   assert_line --regexp '^model\.safetensors +file '
-  assert_line --regexp '^TOTAL +1 '
-  assert_line --regexp ': 1 job ran, 1 read$'
+  # The pipeline: its report, and its cost per stage (18 market jobs of 29).
+  assert_line --regexp '^model: 200 steps on 2 ranks, eval loss [0-9.]+, 2 checkpoints$'
+  assert_line --regexp '^2026-01-09 +3 +379 '
+  assert_line --regexp '^pipeline +market +18 '
+  assert_line --regexp '^TOTAL +29 '
+  assert_line --regexp '^TOTAL +30 '  # the session: the training job and the pipeline's
+  assert_line --regexp ': 30 jobs ran, 30 read$'
 
   cd "$RKIT_DEMO_DIR"
   # rbench's records, the samples and the checkpoints are real files a user can reuse.
@@ -48,7 +54,9 @@ procs_in() {
   # The job's record, from a daemon started for the question and stopped after it.
   run env RKIT_STATE_DIR="$RKIT_DEMO_DIR/state" RKIT_CONFIG="$RKIT_DEMO_DIR/rkit.toml" rsub ls --all --json
   RKIT_STATE_DIR=$RKIT_DEMO_DIR/state stop_rsub
-  echo "$output" | jq -e -s 'length == 1 and .[0].state == "COMPLETED" and .[0].project == "demo"'
+  echo "$output" | jq -e -s 'length == 30 and all(.state == "COMPLETED")
+                             and (map(select(.workflow == "pipeline")) | length) == 29
+                             and (map(select(.name == "train" and .workflow == null)) | .[0].project) == "demo"'
 }
 
 @test "an interrupted demo cancels its job and leaves no process behind" {
