@@ -34,7 +34,10 @@ deb_files() { dpkg-deb -c "$1" | awk '$1 !~ /^d/ {sub(/^\./, "", $6); print $6}'
     done
   done
   for f in /usr/share/man/man7/rkit.7 /usr/lib/systemd/system/rsub.service /usr/share/doc/rkit/examples/rkit.toml \
-    /usr/share/doc/rkit/examples/prices.toml /usr/share/doc/rkit/examples/train.toml /usr/share/doc/rkit/examples/jobs/train.toml; do
+    /usr/share/doc/rkit/examples/prices.toml /usr/share/doc/rkit/examples/train.toml /usr/share/doc/rkit/examples/jobs/train.toml \
+    /usr/share/doc/rkit/examples/pipeline/Snakefile /usr/share/doc/rkit/examples/pipeline/pipeline.py \
+    /usr/share/rkit/snakemake/rkit/config.yaml /usr/share/rkit/snakemake/rkit/rsub-smk-job.py \
+    /usr/share/rkit/snakemake/rkit/rsub-smk-status /usr/share/rkit/snakemake/rkit/rsub-smk-sidecar; do
     grep -qxF "$f" <<<"$files" || { echo "missing from the .deb: $f"; return 1; }
   done
   # Nothing of the build or the tests leaks in.
@@ -73,6 +76,10 @@ deb_files() { dpkg-deb -c "$1" | awk '$1 !~ /^d/ {sub(/^\./, "", $6); print $6}'
     # No run path into the build tree.
     run -1 bash -c "readelf -d '$bin' | grep -E 'RPATH|RUNPATH'"
   done
+  # rsub workflow finds the packaged Snakemake profile (snakemake --profile it --version).
+  run -0 env -i HOME="$BATS_TEST_TMPDIR" PATH=/usr/bin:/bin RKIT_CONFIG="$FIXTURES/empty.toml" \
+    "$root/usr/bin/rsub" workflow --version
+  assert_output --regexp '^7\.[0-9]+'
   # The man pages render as packaged (unpacked with dpkg-deb, which, unlike dpkg, applies
   # no path-exclude a minimal system may set for /usr/share/man).
   dpkg-deb -x "$deb" "$BATS_TEST_TMPDIR/unpacked"
