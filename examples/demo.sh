@@ -82,7 +82,7 @@ step "rckpt ls $newest"
 
 note "A research pipeline: 29 Snakemake rules, each an rsub job (rsub workflow, examples/pipeline)"
 mkdir pipeline
-step "(cd pipeline && rsub workflow -s $root/examples/pipeline/Snakefile --quiet all)"
+step "(cd pipeline && rsub workflow -s '$root/examples/pipeline/Snakefile' --quiet all)"
 step "cat pipeline/report.txt"
 step "rsub ls --all --workflow pipeline | head -n 4"
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "rkit/error.hpp"
+#include "rkit/process.hpp"
 
 namespace rkit {
 namespace {
@@ -105,17 +106,11 @@ std::vector<OptionInfo> value_options(const std::vector<Level>& levels) {
   return out;
 }
 
-std::string single_quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
 // The subcommand paths as one shell case pattern: 'place'|'cluster add'.
 std::string subcommand_paths(const std::vector<Level>& levels) {
   std::vector<std::string> paths;
   for (const auto& l : levels)
-    if (!l.path.empty()) paths.push_back(single_quote(l.path));
+    if (!l.path.empty()) paths.push_back(sh_quote(l.path));
   return join(paths, "|");
 }
 
@@ -135,7 +130,7 @@ std::string bash(const std::string& tool, const std::vector<Level>& levels) {
   for (const auto& o : value_options(levels)) {
     s += "    " + join(o.names, "|") + ")\n";
     if (!o.choices.empty())
-      s += "      COMPREPLY=($(compgen -W " + single_quote(join(o.choices, " ")) + " -- \"$cur\")); return ;;\n";
+      s += "      COMPREPLY=($(compgen -W " + sh_quote(join(o.choices, " ")) + " -- \"$cur\")); return ;;\n";
     else if (o.is_file)
       s += "      COMPREPLY=($(compgen -f -- \"$cur\")); return ;;\n";
     else
@@ -146,8 +141,8 @@ std::string bash(const std::string& tool, const std::vector<Level>& levels) {
     std::vector<std::string> names, subs;
     for (const auto& o : l.options) names.insert(names.end(), o.names.begin(), o.names.end());
     for (const auto& [n, d] : l.subcommands) subs.push_back(n);
-    s += fmt::format("    {}) opts={}; subs={}; files={} ;;\n", single_quote(l.path), single_quote(join(names, " ")),
-                     single_quote(join(subs, " ")), l.has_positionals ? 1 : 0);
+    s += fmt::format("    {}) opts={}; subs={}; files={} ;;\n", sh_quote(l.path), sh_quote(join(names, " ")),
+                     sh_quote(join(subs, " ")), l.has_positionals ? 1 : 0);
   }
   s += "  esac\n"
        "  if [[ $cur == -* ]]; then\n"
@@ -190,15 +185,15 @@ std::string zsh(const std::string& tool, const std::vector<Level>& levels) {
     else if (o.is_file)
       s += "      _files; return ;;\n";
     else
-      s += "      _message " + single_quote(zsh_escape_desc(o.description)) + "; return ;;\n";
+      s += "      _message " + sh_quote(zsh_escape_desc(o.description)) + "; return ;;\n";
   }
   s += "  esac\n  case \"$cmdpath\" in\n";
   for (const auto& l : levels) {
     std::vector<std::string> opts, subs;
     for (const auto& o : l.options)
-      for (const auto& n : o.names) opts.push_back(single_quote(n + ":" + zsh_escape_desc(o.description)));
-    for (const auto& [n, d] : l.subcommands) subs.push_back(single_quote(n + ":" + zsh_escape_desc(d)));
-    s += fmt::format("    ({}) opts=({}); subs=({}) ;;\n", single_quote(l.path), join(opts, " "), join(subs, " "));
+      for (const auto& n : o.names) opts.push_back(sh_quote(n + ":" + zsh_escape_desc(o.description)));
+    for (const auto& [n, d] : l.subcommands) subs.push_back(sh_quote(n + ":" + zsh_escape_desc(d)));
+    s += fmt::format("    ({}) opts=({}); subs=({}) ;;\n", sh_quote(l.path), join(opts, " "), join(subs, " "));
   }
   s += "  esac\n"
        "  if [[ $PREFIX == -* || ${#subs} -eq 0 ]]; then\n"

@@ -486,4 +486,10 @@ Child SignalForwarder::spawn(const SpawnOptions& options) {
 
 int SignalForwarder::last_signal() const { return g_last_signal.load(); }
 
+std::string sh_quote(std::string_view s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
 }  // namespace rkit

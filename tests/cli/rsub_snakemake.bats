@@ -56,6 +56,14 @@ wait_jobs() {
   return 1
 }
 
+# ended_within WORKFLOW RULE T0 SECONDS: every job of RULE in WORKFLOW ended (its record's
+# end, as rsub stored it when it cancelled the job) at most SECONDS after T0.
+ended_within() {
+  rsub ls --all --workflow "$1" --json |
+    jq -e -s --arg r "$2" --argjson t0 "$3" --argjson s "$4" \
+      'map(select(.rule == $r)) | length > 0 and all(.end_unix_s != null and .end_unix_s - $t0 <= $s)'
+}
+
 @test "rsub workflow runs each rule as an rsub job that carries its workflow and rule" {
   cat >Snakefile <<'EOF'
 rule all:
@@ -186,11 +194,12 @@ EOF
                 and .spec.activeDeadlineSeconds == 1800
                 and (.spec.template.spec.containers[0] | .image == "registry.example/ml:1"
                      and .resources.requests.cpu == "2" and .resources.limits.memory == "500000000"
-                     and .command[0:2] == ["/bin/sh", "-c"] and (.command[2] | contains("--target-jobs"))))' jobs.jsonl
+                     and .command[0:2] == ["/bin/sh", "-c"] and (.command[2] | contains("--target-jobs"))
+                     and (.command[2] | contains("rsub-smk-job.py"))))' jobs.jsonl
+  start=$EPOCHREALTIME
   kill -INT "$SMK_PID"
-  start=$SECONDS
   wait_jobs wf CANCELLED 3 gen
-  ((SECONDS - start <= 2))
+  ended_within wf gen "$start" 2
   for name in $(jq -r .metadata.name jobs.jsonl); do
     grep -q -- "delete --ignore-not-found --wait=false.* job/$name" "$FAKE_KUBE_DIR/calls" || { cat "$FAKE_KUBE_DIR/calls"; false; }
   done
@@ -198,6 +207,46 @@ EOF
   wait_exit "$SMK_PID" 10 || rc=$?
   ((rc != 124))
   SMK_PID=
+}
+
+@test "rkit's quick in-job start changes nothing a rule sees: run: blocks, params, s3:// paths, a group job" {
+  cat >Snakefile <<'EOF'
+rule all:
+    input: "run.json", "b.txt"
+rule inspect:
+    output: "run.json"
+    params: p=lambda wildcards: "x"
+    run:
+        import json, os, sys, pandas, requests, smart_open
+        from snakemake.common import is_local_file
+        with open(output[0], "w") as f:
+            json.dump({"pandas": pandas.__version__, "requests": requests.__version__,
+                       "s3": smart_open.parse_uri("s3://bucket/key").scheme,
+                       "local": is_local_file("s3://bucket/key"),
+                       "path0": sys.path[0] == os.getcwd(), "param": params.p}, f)  # path0: as plain
+rule a:
+    output: "a.txt"
+    group: "g"
+    shell: "echo a > {output}"
+rule b:
+    input: "a.txt"
+    output: "b.txt"
+    group: "g"
+    shell: "cat {input} > {output}; echo b >> {output}"
+EOF
+  mkdir quick plain
+  (cd quick && rsub workflow -s ../Snakefile --cores 2 --quiet all)
+  (cd plain && RSUB_SNAKEMAKE_QUICK=0 rsub workflow -s ../Snakefile --cores 2 --quiet all)
+  cmp quick/run.json plain/run.json
+  cmp quick/b.txt plain/b.txt
+  jq -e '.s3 == "s3" and .local == false and .param == "x"' quick/run.json
+  # The quick run's jobs went through the profile's rsub-smk-job.py, the plain run's did not.
+  for w in quick plain; do
+    rsub ls --all --workflow $w --json >$w.jsonl
+    jq -e -s 'length == 2 and (map(.rule) | sort) == ["g", "inspect"] and all(.state == "COMPLETED")' $w.jsonl
+  done
+  jq -e -s 'all(.command[2] | contains("rsub-smk-job.py"))' quick.jsonl
+  jq -e -s 'all(.command[2] | contains("rsub-smk-job.py") | not)' plain.jsonl
 }
 
 @test "a killed job runs again on Snakemake's retry, with its attempt's larger resources" {
@@ -233,10 +282,10 @@ EOF
   SMK_PID=$!
   set +m
   wait_jobs wf RUNNING 2 slow
+  start=$EPOCHREALTIME
   kill -INT "$SMK_PID"
-  start=$SECONDS
   wait_jobs wf CANCELLED 2 slow
-  ((SECONDS - start <= 2))
+  ended_within wf slow "$start" 2
   rc=0
   wait_exit "$SMK_PID" 10 || rc=$?
   ((rc != 124))

@@ -173,4 +173,7 @@ std::string signal_name(int sig);
 // else `name` itself, for the PATH lookup of Child::spawn.
 std::string rkit_program(const std::string& name);
 
+// `s` as one word of sh(1), in single quotes: 'it'\''s'.
+std::string sh_quote(std::string_view s);
+
 }  // namespace rkit

@@ -21,13 +21,6 @@ namespace rkit::rsub {
 
 namespace {
 
-// Single quotes for sh: 'it'\''s'.
-std::string sh_quote(std::string_view s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
 // Slurm's time format, D-HH:MM:SS, rounded up to whole seconds.
 std::string slurm_time(double seconds) {
   const auto s = static_cast<long long>(std::ceil(seconds));

@@ -24,6 +24,7 @@
 #include "rkit/error.hpp"
 #include "rkit/file.hpp"
 #include "rkit/host.hpp"
+#include "rkit/process.hpp"
 
 extern char** environ;
 
@@ -156,9 +157,7 @@ JobSpec spec_of_jobscript(std::string_view script, const std::string& workflow, 
   constexpr std::string_view kModule = " -m snakemake ";
   if (const std::size_t m = script.find(kModule, end); !quick.empty() && m != std::string_view::npos) {
     // Where the job's machine lacks the file (another filesystem), plain -m snakemake.
-    std::string quoted = "'";
-    for (char c : quick) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
-    quoted += '\'';
+    const std::string quoted = sh_quote(quick);
     spec.command[2] =
         fmt::format("{}\nif [ -r {} ]; then set -- {}; else set -- -m snakemake; fi{} \"$@\" {}", script.substr(0, end),
                     quoted, quoted, script.substr(end, m - end), script.substr(m + kModule.size()));
@@ -347,6 +346,7 @@ int snakemake_sidecar(const AskDaemon& ask, std::ostream& out) {
   });
   std::set<std::string> submitted;  // the ids this run's submits named
   constexpr std::size_t kMaxSubmitted = 1 << 20;
+  bool full_warned = false;
   for (;;) {
     pollfd fds[2] = {{listener.get(), POLLIN, 0}, {signals.get(), POLLIN, 0}};
     if (::poll(fds, 2, -1) < 0) {
@@ -366,7 +366,16 @@ int snakemake_sidecar(const AskDaemon& ask, std::ostream& out) {
       const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
       const auto kind = read_frame(conn.get(), id, 64, deadline);
       if (kind == 's') {
-        if (submitted.size() < kMaxSubmitted) submitted.insert(id);
+        if (id.empty()) continue;
+        if (submitted.size() < kMaxSubmitted) {
+          submitted.insert(id);
+        } else if (!full_warned) {
+          full_warned = true;
+          warn(kTool,
+               fmt::format("workflow {}: more than {} jobs; later ones are cancelled only from this folder", workflow,
+                           kMaxSubmitted),
+               std::cerr);
+        }
         write_frame(conn.get(), 'o', "ok", 2);
       } else if (kind == 'q') {
         const std::string_view word = cache.status(id);
