@@ -17,20 +17,11 @@ teardown_file() {
 
 setup() {
   load ../cli/helpers
+  load slurm/bats_slurm
   cd "$BATS_TEST_TMPDIR"
   export RKIT_STATE_DIR=$BATS_TEST_TMPDIR/state
   export RKIT_CONFIG=$BATS_TEST_TMPDIR/rkit.toml
-  # refresh = 0: every command reads sacct afresh, so that the tests need not wait.
-  cat >"$RKIT_CONFIG" <<EOF
-[local]
-cpus = 2
-gpus = 0
-[rsub.backends.slurm]
-kind = "slurm"
-slurm_conf = "$SLURM_DIR/etc/slurm.conf"
-refresh = "0s"
-submit_retry = "1s"
-EOF
+  rsub_slurm_config "$RKIT_CONFIG"
 }
 
 teardown() {  # a local daemon, when a test started one
@@ -269,13 +260,7 @@ EOF
 }
 
 @test "one batched query per refresh, however many jobs: no polling storm" {
-  # Slurm's commands behind wrappers that count the calls.
-  mkdir bin
-  for cmd in sbatch sacct squeue scancel scontrol; do
-    printf '#!/bin/sh\necho %s >>"%s/calls"\nexec /usr/bin/%s "$@"\n' "$cmd" "$PWD" "$cmd" >"bin/$cmd"
-    chmod +x "bin/$cmd"
-  done
-  printf 'bin_dir = "%s/bin"\n' "$PWD" >>"$RKIT_CONFIG"
+  count_slurm_calls
   run -0 rsub --backend slurm --hold --array 0-19 -- true
   array=$output
   run -0 rsub --backend slurm --hold -- true

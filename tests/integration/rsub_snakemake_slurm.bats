@@ -18,22 +18,14 @@ teardown_file() {
 
 setup() {
   load ../cli/helpers
+  load slurm/bats_slurm
   command -v snakemake >/dev/null || { echo "snakemake is not installed (packaging/install-deps.sh tests)" >&2; return 1; }
   mkdir -p "$BATS_TEST_TMPDIR/wf"
   cd "$BATS_TEST_TMPDIR/wf"
   export RKIT_STATE_DIR=$BATS_TEST_TMPDIR/state RKIT_CONFIG=$BATS_TEST_TMPDIR/rkit.toml TMPDIR=$BATS_TEST_TMPDIR
   export SLURM_CONF=$SLURM_DIR/etc/slurm.conf
   unset RSUB_WORKFLOW
-  cat >"$RKIT_CONFIG" <<EOF
-[local]
-cpus = 2
-gpus = 0
-[rsub.backends.slurm]
-kind = "slurm"
-slurm_conf = "$SLURM_CONF"
-refresh = "0s"
-submit_retry = "1s"
-EOF
+  rsub_slurm_config "$RKIT_CONFIG"
 }
 
 teardown() {
@@ -70,12 +62,7 @@ slurm_active() { /usr/bin/squeue -h --user "$(id -un)" -t PENDING,RUNNING -o %i 
 @test "200 active jobs on Slurm: one sacct per Snakemake polling round, one scancel for all on Ctrl-C" {
   # Slurm's commands behind wrappers that count rsub's calls, and the profile's status
   # command behind one that counts Snakemake's.
-  mkdir bin
-  for cmd in sbatch sacct squeue scancel scontrol; do
-    printf '#!/bin/sh\necho %s >>"%s/calls"\nexec /usr/bin/%s "$@"\n' "$cmd" "$PWD" "$cmd" >"bin/$cmd"
-    chmod +x "bin/$cmd"
-  done
-  printf 'bin_dir = "%s/bin"\n' "$PWD" >>"$RKIT_CONFIG"
+  count_slurm_calls
   cp -r "$RKIT_BUILD_DIR/tools/rsub/snakemake/rkit" profile
   printf '#!/bin/sh\necho "$1" >>"%s/status_calls"\nexec rsub snakemake status "$@"\n' "$PWD" >profile/rsub-smk-status
   export RSUB_SNAKEMAKE_PROFILE=$PWD/profile
