@@ -14,6 +14,7 @@ source "$(dirname "$0")/lib/stats.sh"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cd "$tmp"
+export RKIT_STATE_DIR=$tmp/state  # rtrain run's records: kept here, not in the user's state
 
 wall() {  # wall seconds of one run of the command
   local start=$EPOCHREALTIME

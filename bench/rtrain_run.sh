@@ -20,6 +20,7 @@ source "$(dirname "$0")/lib/stats.sh"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cd "$tmp"
+export RKIT_STATE_DIR=$tmp/state  # rtrain run's records: kept here, not in the user's state
 PAIRS=${PAIRS:-7}
 STEPS=60
 common=(--warmup-steps 5 --rows 60000 --json -q)

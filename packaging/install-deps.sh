@@ -31,7 +31,8 @@ tests=(
 )
 bench=(hyperfine bsdextrautils time zstd python3 python3-numpy fio likwid python3-torch libopenblas0
   slurmctld slurmd slurm-client munge  # bench/rsub.sh starts a single-node Slurm
-  python3-pandas)  # bench/rcost.sh: the same report computed with pandas
+  python3-pandas  # bench/rcost.sh: the same report computed with pandas
+  sqlite3)  # bench/runs.sh: the raw read of the run store beside rtrain runs ls
 package=(dpkg-dev file)   # CPack's .deb generator runs dpkg-shlibdeps
 demo=(jq snakemake python3-numpy)  # make demo: the tools, jq for the records it shows, the pipeline
 fuzz=(clang libclang-rt-14-dev)

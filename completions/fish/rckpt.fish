@@ -4,6 +4,8 @@ complete -c rckpt -n '__fish_use_subcommand' -a pack -d 'Pack a checkpoint direc
 complete -c rckpt -n '__fish_use_subcommand' -a unpack -d 'Unpack an archive into a directory, checking every hash'
 complete -c rckpt -n '__fish_use_subcommand' -a ls -d 'List the files (or tensors) of an archive'
 complete -c rckpt -n '__fish_use_subcommand' -a verify -d 'Check every hash; exit 1 naming each damaged frame'
+complete -c rckpt -n '__fish_use_subcommand' -a log -d 'Walk a checkpoint back through its resumes and fine-tunes to its data'
+complete -c rckpt -n '__fish_use_subcommand' -a model -d 'The model registry: named, versioned archives with a stage'
 complete -c rckpt -n '__fish_use_subcommand' -a cat -d 'Write one file\'s or tensor\'s raw bytes to stdout'
 complete -c rckpt -n '__fish_use_subcommand' -a diff -d 'Compare two archives tensor by tensor; exit 1 when they differ'
 complete -c rckpt -n '__fish_use_subcommand' -a gc -d 'Remove old archives of a directory, never one a kept archive needs'
@@ -21,6 +23,7 @@ complete -c rckpt -n '__fish_seen_subcommand_from pack' -l frame-size -x -d 'Inp
 complete -c rckpt -n '__fish_seen_subcommand_from pack' -l no-shuffle -d 'Do not byte-shuffle tensor data before compression'
 complete -c rckpt -n '__fish_seen_subcommand_from pack' -l base -r -F -d 'Reuse identical frames of this earlier archive (incremental)'
 complete -c rckpt -n '__fish_seen_subcommand_from pack' -l dereference -s L -d 'Store the files and directories symlinks point at, not the links (e.g. a Hugging Face snapshot)'
+complete -c rckpt -n '__fish_seen_subcommand_from pack' -l provenance -r -F -d 'Record where the checkpoint came from: a JSON object (run, step, inputs, parent), as rtrain writes'
 complete -c rckpt -n '__fish_seen_subcommand_from pack' -F
 complete -c rckpt -n '__fish_seen_subcommand_from unpack' -l directory -s C -r -F -d 'Directory to unpack into (created if missing)'
 complete -c rckpt -n '__fish_seen_subcommand_from unpack' -l only -r -F -d 'Unpack only these files or directories (repeatable)'
@@ -29,7 +32,22 @@ complete -c rckpt -n '__fish_seen_subcommand_from unpack' -F
 complete -c rckpt -n '__fish_seen_subcommand_from ls' -l tensors -d 'List tensors of safetensors files instead of files'
 complete -c rckpt -n '__fish_seen_subcommand_from ls' -F
 complete -c rckpt -n '__fish_seen_subcommand_from verify' -l threads -x -d 'Decompression threads (default: all cores)'
+complete -c rckpt -n '__fish_seen_subcommand_from verify' -l model -x -d 'Check a registered version instead, and that its archive is the one registered (digest)'
+complete -c rckpt -n '__fish_seen_subcommand_from verify' -l project -r -F -d 'The run store of this project folder (default $RKIT_PROJECT_DIR, else the state directory\'s)'
 complete -c rckpt -n '__fish_seen_subcommand_from verify' -F
+complete -c rckpt -n '__fish_seen_subcommand_from log' -F
+complete -c rckpt -n '__fish_seen_subcommand_from model; and not __fish_seen_subcommand_from register ls show promote' -a register -d 'Register an archive as the next version of NAME'
+complete -c rckpt -n '__fish_seen_subcommand_from model; and not __fish_seen_subcommand_from register ls show promote' -a ls -d 'List the versions of every model, or of NAME'
+complete -c rckpt -n '__fish_seen_subcommand_from model; and not __fish_seen_subcommand_from register ls show promote' -a show -d 'One version with its history (default: the latest)'
+complete -c rckpt -n '__fish_seen_subcommand_from model; and not __fish_seen_subcommand_from register ls show promote' -a promote -d 'Move a version to a stage; a new production version archives the one before'
+complete -c rckpt -n '__fish_seen_subcommand_from register' -l project -r -F -d 'The run store of this project folder (default $RKIT_PROJECT_DIR, else the state directory\'s)'
+complete -c rckpt -n '__fish_seen_subcommand_from register' -F
+complete -c rckpt -n '__fish_seen_subcommand_from ls' -l project -r -F -d 'The run store of this project folder (default $RKIT_PROJECT_DIR, else the state directory\'s)'
+complete -c rckpt -n '__fish_seen_subcommand_from ls' -F
+complete -c rckpt -n '__fish_seen_subcommand_from show' -l project -r -F -d 'The run store of this project folder (default $RKIT_PROJECT_DIR, else the state directory\'s)'
+complete -c rckpt -n '__fish_seen_subcommand_from show' -F
+complete -c rckpt -n '__fish_seen_subcommand_from promote' -l project -r -F -d 'The run store of this project folder (default $RKIT_PROJECT_DIR, else the state directory\'s)'
+complete -c rckpt -n '__fish_seen_subcommand_from promote' -F
 complete -c rckpt -n '__fish_seen_subcommand_from cat' -F
 complete -c rckpt -n '__fish_seen_subcommand_from diff' -l all -d 'Also list tensors that are the same'
 complete -c rckpt -n '__fish_seen_subcommand_from diff' -F

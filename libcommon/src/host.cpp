@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <pwd.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -21,6 +22,12 @@ std::string kernel_name() {
   utsname u{};
   if (::uname(&u) != 0) return {};
   return std::string(u.sysname) + " " + u.release;
+}
+
+std::string user_name(std::uint32_t uid) {
+  passwd pw{}, *found = nullptr;
+  char buf[4096];
+  return ::getpwuid_r(uid, &pw, buf, sizeof buf, &found) == 0 && found ? found->pw_name : std::to_string(uid);
 }
 
 std::uint64_t physical_memory_bytes() {

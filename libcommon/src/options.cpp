@@ -149,6 +149,43 @@ std::optional<OptionValue> file_value(const Config& cfg, const OptionSpec& spec)
   return std::nullopt;
 }
 
+Json value_json(const OptionValue& v) {
+  return std::visit([](const auto& x) { return Json(x); }, v);
+}
+
+OptionValue json_value(const Json& j, const OptionSpec& spec, const std::string& source) {
+  auto bad = [&](std::string_view what) -> OptionValue {
+    throw Error(Exit::DataErr, fmt::format("{}: '{}' must be {}", source, spec.key, what));
+  };
+  switch (spec.kind) {
+    case OptionKind::Whole:
+      if (!j.is_number_integer()) return bad("a whole number");
+      if (const auto v = j.get<std::int64_t>();
+          static_cast<double>(v) >= spec.min && static_cast<double>(v) <= spec.max)
+        return v;
+      return bad(fmt::format("a whole number from {} to {}", spec.min, spec.max));
+    case OptionKind::Number:
+      if (!j.is_number()) return bad("a number");
+      if (const auto v = j.get<double>();
+          (std::isinf(spec.min) && std::isinf(spec.max)) || (v >= spec.min && v <= spec.max))
+        return v;
+      return bad(fmt::format("a number from {} to {}", spec.min, spec.max));
+    case OptionKind::Bool:
+      if (!j.is_boolean()) return bad("true or false");
+      return j.get<bool>();
+    case OptionKind::Choice:
+      if (!j.is_string() ||
+          std::find(spec.choices.begin(), spec.choices.end(), j.get<std::string>()) == spec.choices.end())
+        return bad(fmt::format("one of {}", fmt::join(spec.choices, ", ")));
+      return j.get<std::string>();
+    case OptionKind::Text:
+    case OptionKind::Custom:
+      if (!j.is_string()) return bad("a string");
+      return j.get<std::string>();
+  }
+  return bad("known");
+}
+
 void at_key(const Config& cfg, const std::string& key, const std::function<void()>& set) {
   try {
     set();

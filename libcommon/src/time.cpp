@@ -1,6 +1,7 @@
 #include "rkit/time.hpp"
 
 #include <charconv>
+#include <chrono>
 #include <cmath>
 #include <mutex>
 
@@ -79,6 +80,10 @@ std::string format_utc(double unix_s, const char* format) {
   char buf[128];
   const std::size_t n = std::strftime(buf, sizeof buf, format, &tm);
   return std::string(buf, n);
+}
+
+double unix_now_s() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 }  // namespace rkit

@@ -3,11 +3,15 @@
 bats_require_minimum_version 1.5.0
 load helpers
 
-# Long options that `tool [sub] --help` lists, for the tool and each subcommand.
+# Long options that `tool [sub [subsub]] --help` lists, for the tool, each subcommand
+# and each of theirs (rtrain runs ls, rckpt model register).
 help_options() {
-  local t=$1 sub
+  local t=$1 sub subsub
   { options_of "$t"
-    for sub in $(subcommands "$t"); do options_of "$t" "$sub"; done; } | sort -u
+    for sub in $(subcommands "$t"); do
+      options_of "$t" "$sub"
+      for subsub in $(subcommands "$t" "$sub"); do options_of "$t" "$sub" "$subsub"; done
+    done; } | sort -u
 }
 
 # The man page source with roff's escaped hyphens (\-) made plain.

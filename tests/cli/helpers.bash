@@ -8,8 +8,11 @@ RKIT_ROOT=$(cd "$BATS_TEST_DIRNAME/../.." && pwd)
 FIXTURES=$RKIT_ROOT/tests/fixtures
 for dir in "$RKIT_BUILD_DIR"/tools/*/; do PATH="$dir:$PATH"; done
 export PATH RKIT_ROOT FIXTURES RKIT_BUILD_DIR
-# The tools must not read the configuration of whoever runs the tests.
+# The tools must not read the configuration of whoever runs the tests, nor write their
+# state (rsub's jobs, rtrain's run records) where theirs is.
 export RKIT_CONFIG=$FIXTURES/empty.toml XDG_CONFIG_HOME=$FIXTURES/no-such-dir
+export RKIT_STATE_DIR=${BATS_TEST_TMPDIR:-$BATS_FILE_TMPDIR}/state
+unset RKIT_PROJECT_DIR RKIT_EXPERIMENT RKIT_TRACK RKIT_RUN_RECORD RKIT_METRICS_FILE
 
 # Asserts that stderr (captured by `run --separate-stderr`) is exactly one line.
 assert_one_line_stderr() {
@@ -102,8 +105,8 @@ stop_rsub() {
 
 # The tools that were built, one name per line.
 tools() { for d in "$RKIT_BUILD_DIR"/tools/*/; do basename "$d"; done; }
-# Subcommands that `TOOL --help` lists (hidden ones, like rsub's _launcher, are not listed).
-subcommands() { "$1" --help | sed -n '/^Subcommands:/,$p' | awk 'NR > 1 && NF {print $1}'; }
+# Subcommands that `TOOL [SUB] --help` lists (hidden ones, like rsub's _launcher, are not listed).
+subcommands() { "$@" --help | sed -n '/^Subcommands:/,$p' | awk 'NR > 1 && NF {print $1}'; }
 # Long options that `TOOL [SUB] --help` lists, sorted.
 options_of() { "$@" --help | grep -oE '^ +(-[a-zA-Z],)?--[a-z][a-z0-9-]*' | grep -oE -- '--[a-z][a-z0-9-]*' | sort -u; }
 

@@ -34,6 +34,15 @@ teardown() {
     rckpt ls again.rkpt --tensors --json
     rckpt diff ck/step-10.rkpt ck/step-20.rkpt --json || (($? == 1))
     rckpt gc ck --keep-last 1 --dry-run --json
+    rckpt log ck/step-20.rkpt --json
+    rckpt model register m ck/step-20.rkpt --json
+
+    # The run store: the run above, its metrics, a comparison and a reproduction.
+    id=$(rtrain runs ls --last 1 --json | jq -r .id)
+    rtrain runs ls --json
+    rtrain runs metrics "$id" --json
+    rtrain runs compare "$id" "$id" --json
+    rtrain runs reproduce "$id" -q --json
 
     rbench list --json
     rbench -q run cpu.gemm --quick --json >bench.jsonl && cat bench.jsonl

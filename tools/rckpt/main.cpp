@@ -9,6 +9,8 @@
 
 #include "diff.hpp"
 #include "gc.hpp"
+#include "lineage.hpp"
+#include "models.hpp"
 #include "pack.hpp"
 #include "render.hpp"
 #include "rkit/ckpt/archive.hpp"
@@ -60,6 +62,11 @@ int main(int argc, char** argv) {
       ->type_name("FILE");
   pack_cmd->add_flag("-L,--dereference", pack.dereference,
                      "Store the files and directories symlinks point at, not the links (e.g. a Hugging Face snapshot)");
+  std::string provenance;
+  pack_cmd
+      ->add_option("--provenance", provenance,
+                   "Record where the checkpoint came from: a JSON object (run, step, inputs, parent), as rtrain writes")
+      ->type_name("FILE");
 
   auto* unpack_cmd = tool.add_subcommand("unpack", "Unpack an archive into a directory, checking every hash");
   UnpackOptions unpack;
@@ -78,8 +85,47 @@ int main(int argc, char** argv) {
   ls_cmd->add_flag("--tensors", list_tensors, "List tensors of safetensors files instead of files");
 
   auto* verify_cmd = tool.add_subcommand("verify", "Check every hash; exit 1 naming each damaged frame");
-  verify_cmd->add_option("archive", archive, "Archive to check")->required()->type_name("FILE");
+  std::string model_ref, project;
+  auto* verify_archive = verify_cmd->add_option("archive", archive, "Archive to check")->type_name("FILE");
   verify_cmd->add_option("--threads", threads, "Decompression threads (default: all cores)")->type_name("N");
+  verify_cmd
+      ->add_option("--model", model_ref,
+                   "Check a registered version instead, and that its archive is the one registered (digest)")
+      ->type_name("NAME[@VERSION]")
+      ->excludes(verify_archive);
+  auto add_project = [&](CLI::App* cmd) {
+    cmd->add_option("--project", project,
+                    "The run store of this project folder (default $RKIT_PROJECT_DIR, else "
+                    "the state directory's)")
+        ->type_name("DIR");
+  };
+  add_project(verify_cmd);
+
+  auto* log_cmd = tool.add_subcommand("log", "Walk a checkpoint back through its resumes and fine-tunes to its data");
+  log_cmd->add_option("archive", archive, "Archive to start from")->required()->type_name("FILE");
+
+  auto* model_cmd = tool.add_subcommand("model", "The model registry: named, versioned archives with a stage");
+  model_cmd->require_subcommand(1);
+  ModelCommand model;
+  auto* model_register = model_cmd->add_subcommand("register", "Register an archive as the next version of NAME");
+  model_register->add_option("name", model.name, "Model name: letters, digits and _ . -")
+      ->required()
+      ->type_name("NAME");
+  model_register->add_option("archive", model.archive, "The archive (.rkpt)")->required()->type_name("FILE");
+  auto* model_ls = model_cmd->add_subcommand("ls", "List the versions of every model, or of NAME");
+  model_ls->add_option("name", model.name, "Only this model")->type_name("NAME");
+  auto* model_show = model_cmd->add_subcommand("show", "One version with its history (default: the latest)");
+  model_show->add_option("ref", model.ref, "NAME, NAME@VERSION, NAME@latest or NAME@STAGE")
+      ->required()
+      ->type_name("NAME[@VERSION]");
+  auto* model_promote = model_cmd->add_subcommand(
+      "promote", "Move a version to a stage; a new production version archives the one before");
+  model_promote->add_option("ref", model.ref, "NAME@VERSION")->required()->type_name("NAME@VERSION");
+  model_promote->add_option("stage", model.stage, "candidate, production or archived")
+      ->required()
+      ->check(CLI::IsMember({"candidate", "production", "archived"}))
+      ->type_name("STAGE");
+  for (CLI::App* c : {model_register, model_ls, model_show, model_promote}) add_project(c);
 
   auto* cat_cmd = tool.add_subcommand("cat", "Write one file's or tensor's raw bytes to stdout");
   std::string spec;
@@ -113,6 +159,7 @@ int main(int argc, char** argv) {
     if (*pack_cmd) {
       if (pack.output == "-" && format != Format::Table)
         usage_error("--json and --csv need -o FILE: stdout holds the archive");
+      if (!provenance.empty()) pack.provenance = read_provenance(provenance);
       if (!frame_size.empty()) pack.frame_bytes = parse_size(frame_size);
       if (pack_cmd->count("--base")) pack.base = base;
       pack.threads = threads;
@@ -133,12 +180,37 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (*verify_cmd) {
+      if (archive.empty() && model_ref.empty()) usage_error("verify needs an ARCHIVE or --model NAME[@VERSION]");
+      std::optional<std::string> registered;
+      if (!model_ref.empty()) {
+        const ModelRef ref = parse_model_ref(model_ref);
+        runs::Store store(runs::store_path(project));
+        const runs::ModelVersion v = find_model(store, ref);
+        archive = v.archive;
+        registered = v.archive_xxh3;
+      }
       VerifyReport r = verify_checkpoint(archive, threads, progress);
+      if (registered) check_registered(archive, *registered, r);
       if (format == Format::Table)
         for (const auto& p : r.problems) std::cout << "corrupt: " << p.message << '\n';
       if (!opts.quiet || format != Format::Table)
         print_one(format, r.to_json(), verify_columns(), verify_line(r), std::cout);
       return r.ok() ? 0 : 1;
+    }
+    if (*log_cmd) {
+      Lineage l = lineage(archive);
+      Printer out(std::cout, format, log_columns());
+      for (const Json& rec : l.records) out.print(rec);
+      out.finish();
+      if (!l.complete()) warn("rckpt", "lineage broken: " + l.broken, std::cerr);
+      return l.complete() ? 0 : 1;
+    }
+    if (*model_cmd) {
+      model.project = project;
+      if (*model_register) return model_register_main(model, format, std::cout);
+      if (*model_ls) return model_ls_main(model, format, std::cout);
+      if (*model_show) return model_show_main(model, format, std::cout);
+      return model_promote_main(model, format, std::cout);
     }
     if (*cat_cmd) {
       cat_entry(archive, spec, 0, STDOUT_FILENO);

@@ -318,6 +318,7 @@ PackResult pack_checkpoint(const PackOptions& opt) {
   Manifest m;
   m.created_unix_s = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   m.rkit_version = kVersion;
+  m.provenance = opt.provenance;
   m.frame_bytes = opt.frame_bytes;
   m.level = opt.level;
   m.shuffle = opt.shuffle;

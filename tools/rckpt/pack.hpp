@@ -36,6 +36,7 @@ struct PackOptions {
   bool shuffle = true;
   bool dereference = false;  // store what symlinks point at, not the links
   std::optional<std::string> base;
+  Json provenance;  // the manifest's (null: none)
   bool progress = false;
   std::function<void(const std::string&)> warn = [](const std::string&) {};
 };

@@ -72,6 +72,20 @@ std::vector<Column> diff_columns() {
 
 std::vector<Column> gc_columns() { return {{"ACTION", "action"}, {"ARCHIVE", "archive"}, {"REASON", "reason"}}; }
 
+std::vector<Column> log_columns() {
+  auto short_hash = [](const Json& v) { return v.is_string() ? v.get<std::string>().substr(0, 8) : "-"; };
+  auto inputs = [](const Json& v) {
+    std::vector<std::string> parts;
+    for (const Json& i : v)
+      parts.push_back(
+          fmt::format("{}={} ({})", i.value("name", "?"), i.value("path", "?"), i.value("xxh3", "-").substr(0, 8)));
+    return parts.empty() ? std::string("-") : fmt::format("{}", fmt::join(parts, ", "));
+  };
+  return {{"DEPTH", "depth"},     {"STATUS", "status"},        {"RUN", "run_id"},
+          {"STEP", "step"},       {"VIA", "parent_kind"},      {"XXH3", "archive_xxh3", short_hash},
+          {"ARCHIVE", "archive"}, {"INPUTS", "inputs", inputs}};
+}
+
 std::string pack_line(const PackResult& r) {
   double ratio = r.written_bytes ? static_cast<double>(r.raw_bytes) / static_cast<double>(r.written_bytes) : 0;
   std::string base = r.base_frames ? fmt::format(" ({} in the base)", r.base_frames) : "";

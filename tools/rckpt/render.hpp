@@ -21,6 +21,7 @@ std::vector<Column> ls_columns();
 std::vector<Column> tensor_columns();
 std::vector<Column> diff_columns();
 std::vector<Column> gc_columns();
+std::vector<Column> log_columns();  // rckpt log
 
 std::string pack_line(const PackResult& r);
 std::string unpack_line(const UnpackResult& r);

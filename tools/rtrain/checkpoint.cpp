@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <map>
 
+#include "rkit/atomic_file.hpp"
 #include "rkit/ckpt/archive.hpp"
 #include "rkit/ckpt/extract.hpp"
 #include "rkit/error.hpp"
@@ -128,8 +129,9 @@ void remove_abandoned(const std::string& dir) {
 
 }  // namespace
 
-Checkpointer::Checkpointer(std::string dir, std::vector<Mlp::Tensor> layout, bool pack, std::size_t parameters)
-    : dir_(std::move(dir)), layout_(std::move(layout)), pack_(pack) {
+Checkpointer::Checkpointer(std::string dir, std::vector<Mlp::Tensor> layout, bool pack, std::size_t parameters,
+                           Json provenance)
+    : dir_(std::move(dir)), layout_(std::move(layout)), pack_(pack), provenance_(std::move(provenance)) {
   spare_.emplace();
   for (std::vector<float>* v : {&spare_->params, &spare_->exp_avg, &spare_->exp_avg_sq}) v->assign(parameters, 0.0f);
   std::error_code ec;
@@ -245,6 +247,18 @@ void Checkpointer::write(const TrainState& s) {
     const std::string archive = final_dir + ".rkpt";
     SpawnOptions o;
     o.argv = {rkit_program("rckpt"), "pack", final_dir, "-o", archive, "--threads", "1", "--quiet"};
+    // The provenance goes through a private file beside the checkpoint, removed after.
+    const std::string prov = fmt::format("{}/.{}.prov.tmp-{}", dir_, name, ::getpid());
+    struct Remove {
+      const std::string& path;
+      ~Remove() { ::unlink(path.c_str()); }
+    } remove_prov{prov};
+    if (!provenance_.is_null()) {
+      Json p = provenance_;
+      p["step"] = s.step;
+      atomic_write_file(prov, p.dump() + "\n", 0600);
+      o.argv.insert(o.argv.end(), {"--provenance", prov});
+    }
     o.out = Redirect::null();
     o.err = Redirect::pipe();
     o.new_process_group = false;  // stopped with this worker's group
@@ -259,6 +273,7 @@ void Checkpointer::write(const TrainState& s) {
     if (!ec) fs::remove_all(doomed, ec);
     done.pack_s = seconds_since(t1);
     done.path = archive;
+    done.archive_xxh3 = rckpt::hash_hex(rckpt::Archive::open(archive).manifest().archive_xxh3);
   }
   std::lock_guard lock(mu_);
   done_.push_back(std::move(done));

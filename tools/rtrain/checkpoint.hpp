@@ -46,18 +46,21 @@ struct TrainState {
 // What one background checkpoint cost: the numbers behind the stall ratio.
 struct CheckpointDone {
   std::int64_t step = 0;
-  std::string path;         // the archive (packed) or the folder
-  std::uint64_t bytes = 0;  // safetensors bytes written
-  double write_s = 0;       // writing the folder
-  double pack_s = 0;        // rckpt pack (0 when not packing)
+  std::string path;          // the archive (packed) or the folder
+  std::uint64_t bytes = 0;   // safetensors bytes written
+  double write_s = 0;        // writing the folder
+  double pack_s = 0;         // rckpt pack (0 when not packing)
+  std::string archive_xxh3;  // the archive's digest ("" when not packing)
 };
 
 class Checkpointer {
  public:
   // Creates `dir` if needed and removes what killed runs left there (temporary folders
   // of processes that are gone). Allocates and touches the buffers of one state of
-  // `parameters` floats now, so that no checkpoint pays for fresh memory.
-  Checkpointer(std::string dir, std::vector<Mlp::Tensor> layout, bool pack, std::size_t parameters);
+  // `parameters` floats now, so that no checkpoint pays for fresh memory. Each archive
+  // carries `provenance` (an object, with "step" added; null: none) in its manifest.
+  Checkpointer(std::string dir, std::vector<Mlp::Tensor> layout, bool pack, std::size_t parameters,
+               Json provenance = nullptr);
   ~Checkpointer();  // waits for the checkpoint in progress; errors are dropped (call finish())
   Checkpointer(const Checkpointer&) = delete;
   Checkpointer& operator=(const Checkpointer&) = delete;
@@ -82,6 +85,7 @@ class Checkpointer {
   std::string dir_;
   std::vector<Mlp::Tensor> layout_;
   bool pack_;
+  Json provenance_;
   std::vector<CheckpointDone> done_;
   std::mutex mu_;
   std::condition_variable cv_;

@@ -18,6 +18,7 @@
 #include <charconv>
 #include <cstdlib>
 #include <filesystem>
+#include <iostream>
 #include <optional>
 #include <random>
 #include <sstream>
@@ -55,6 +56,11 @@ std::vector<std::pair<std::string, std::string>> worker_env(const LaunchOptions&
                                                           {"TORCHELASTIC_RUN_ID", run_id},
                                                           {"RKIT_HEARTBEAT_FILE", heartbeat_file}};
   if (!run_secret.empty()) env.emplace_back("RKIT_RUN_SECRET", run_secret);
+  if (!o.run_record.empty()) {
+    env.emplace_back("RKIT_RUN_RECORD", o.run_record);
+    env.emplace_back("RKIT_METRICS_FILE", fmt::format("{}/metrics.rank{}.jsonl", o.metrics_dir, rank));
+    if (!o.project_dir.empty()) env.emplace_back("RKIT_PROJECT_DIR", o.project_dir);
+  }
   if (!o.ckpt_dir.empty()) {
     env.emplace_back("RKIT_CKPT_DIR", o.ckpt_dir);
     env.emplace_back("RKIT_RESUME_FROM", resume_from);
@@ -189,7 +195,8 @@ std::string private_dir(const std::string& run_id, int node_rank) {
 
 }  // namespace
 
-int launch(const LaunchOptions& o) {
+int launch(const LaunchOptions& options) {
+  LaunchOptions o = options;
   if (o.command.empty()) throw Error(Exit::Usage, "nothing to run: rtrain launch [options] -- COMMAND");
   if (o.nproc < 1 || o.nproc > kMaxNproc || o.nnodes < 1 || o.nnodes > kMaxNodes)
     throw Error(Exit::Usage, fmt::format("{} workers on each of {} nodes: must be 1 to {} on 1 to {}", o.nproc,
@@ -231,8 +238,35 @@ int launch(const LaunchOptions& o) {
     std::filesystem::create_directories(o.ckpt_dir, ec);
     if (ec) throw Error(Exit::IoErr, "create " + o.ckpt_dir + ": " + ec.message());
   }
-  Run run{o, run_id, hb_dir, hb_fd.get(), secret, Events(o.events_path), {}};
-  return o.node_rank == 0 ? lead(run) : follow(run);
+  // The run's record, on node 0: the workers' metrics files sit beside their heartbeats.
+  std::optional<LaunchTracker> tracker;
+  if (o.track.enabled && o.node_rank == 0) {
+    runs::NewRun d;
+    d.params = {
+        {"launch.nproc_per_node", o.nproc}, {"launch.nnodes", o.nnodes}, {"launch.max_restarts", o.max_restarts}};
+    d.command = o.command;
+    d.code = code_revision(std::filesystem::current_path().string());
+    d.system = system_facts();
+    d.job = job_of_environment();
+    tracker.emplace(o.track, std::move(d), hb_dir);
+    o.run_record = tracker->id();
+    o.metrics_dir = hb_dir;
+    if (!o.track.project.empty()) o.project_dir = std::filesystem::absolute(o.track.project).string();
+  }
+  Run run{o, run_id, hb_dir, hb_fd.get(), secret, Events(o.events_path), {}, {}};
+  if (tracker) run.tick = [&] { tracker->poll(); };
+  int code = 0;
+  try {
+    code = o.node_rank == 0 ? lead(run) : follow(run);
+  } catch (const Error& e) {
+    if (tracker) tracker->finish(static_cast<int>(e.code()), run.forward.last_signal() != 0, {{"error", e.what()}});
+    throw;
+  }
+  if (tracker) {
+    tracker->finish(code, run.forward.last_signal() != 0, {});
+    std::cerr << fmt::format("rtrain: run {} recorded\n", tracker->id());
+  }
+  return code;
 }
 
 }  // namespace rkit::rtrain

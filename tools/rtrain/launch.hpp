@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include "tracking.hpp"
+
 namespace rkit::rtrain {
 
 // Where one worker runs: its CPUs (OS PU indices, its affinity) and GPUs
@@ -49,6 +51,15 @@ struct LaunchOptions {
   std::string run_id;       // "" : made up
   std::vector<std::string> command;
   std::vector<WorkerPlacement> placement;  // by local rank; empty: no binding
+  // --track: a run record of the launch, with the workers' metrics (off unless asked).
+  TrackOptions track = [] {
+    TrackOptions t;
+    t.enabled = false;
+    return t;
+  }();
+  // Set by launch() when tracking: what the workers' environment names (RKIT_RUN_RECORD,
+  // RKIT_METRICS_FILE in metrics_dir, RKIT_PROJECT_DIR).
+  std::string run_record, metrics_dir, project_dir;
 };
 
 // Workers per node, and in all (kMaxNproc × the most nodes, 4096).

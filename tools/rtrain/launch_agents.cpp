@@ -190,6 +190,7 @@ int lead(Run& run) {
     bool stopping = false, abort = false;
     for (;;) {
       g.step(store ? 10 : 50);  // with other nodes, the rest of the wait is on their news
+      if (run.tick) run.tick();
       if (store) {
         std::vector<std::string> keys;
         std::vector<std::pair<int, char>> what;  // the node and kind of each key

@@ -9,6 +9,7 @@
 //   return o.node_rank == 0 ? lead(run) : follow(run);  // the run's exit code
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "launch.hpp"
@@ -25,7 +26,8 @@ struct Run {
   int hb_fd;         // hb_dir, open: heartbeat files are opened and checked relative to it
   RunSecret secret;  // the workers' RKIT_RUN_SECRET; on several nodes, the agents' too
   Events events;
-  SignalForwarder forward;  // SIGINT/SIGTERM/SIGHUP to us reach every worker's group
+  SignalForwarder forward;     // SIGINT/SIGTERM/SIGHUP to us reach every worker's group
+  std::function<void()> tick;  // called while the workers run (the run record's metrics)
 };
 
 // The agent of node 0 (or of the only node). Returns the run's exit code (launch()'s);

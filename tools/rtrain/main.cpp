@@ -11,75 +11,10 @@
 #include "rkit/error.hpp"
 #include "rkit/jsonl.hpp"
 #include "rkit/printer.hpp"
-#include "run.hpp"
+#include "run_cli.hpp"
+#include "runs_cli.hpp"
+#include "tracking.hpp"
 #include "train_config.hpp"
-
-namespace {
-
-using namespace rkit;
-using namespace rkit::rtrain;
-
-// The table rtrain run prints: a row per step record, the evaluation beside it.
-std::vector<Column> run_columns() {
-  auto num = [](const char* spec, double scale) {  // a number cell, as `spec` formats value * scale
-    return [spec, scale](const Json& v) -> std::string {
-      return v.is_number() ? fmt::format(fmt::runtime(spec), v.get<double>() * scale) : "-";
-    };
-  };
-  // The first row, a step's, fixes the widths: room for steps up to 999999 and for the
-  // evaluation's loss, which step rows leave empty.
-  return {{"STEP", "step", nullptr, 6},
-          {"LOSS", "loss", num("{:.6f}", 1)},
-          {"EVAL", "eval_loss", num("{:.6f}", 1), 8},
-          {"LR", "lr", num("{:.2e}", 1)},
-          {"SAMPLES/S", "samples_per_s", num("{:.0f}", 1)},
-          {"STEP_TIME", "step_time_s", num("{:.2f}ms", 1e3)},
-          {"COMM_TIME", "comm_s", num("{:.2f}ms", 1e3)},
-          {"HIDDEN", "comm_hidden", num("{:.0f}%", 100)},
-          {"GRAD_NORM", "grad_norm", num("{:.4g}", 1)}};
-}
-
-int run_main(Tool& tool, const TrainConfig& c) {
-  const CommonOptions& o = tool.options();
-  std::ofstream events_file;
-  std::ostream* events = nullptr;
-  if (c.events == "-")
-    events = &std::cout;
-  else if (!c.events.empty()) {
-    events_file.open(c.events, std::ios::app);
-    if (!events_file) throw system_error("open " + c.events, errno);
-    events = &events_file;
-  }
-  Printer printer(std::cout, o.format(), run_columns(), /*streaming=*/true);
-  Json summary = run_training(c, [&](const Json& fields) {
-    Json rec{{"schema", "rkit.train.event.v1"}};
-    rec.update(fields);
-    if (events) *events << to_json_line(rec) << '\n' << std::flush;
-    const std::string event = rec.value("event", "");
-    if (events == &std::cout) return;  // already there
-    if (o.format() == Format::Json) {
-      if (!o.quiet || event == "summary") printer.print(rec);
-    } else if (!o.quiet && (event == "step" || event == "eval")) {  // a table's rows (or CSV's)
-      printer.print(rec);
-    }
-  });
-  printer.finish();
-  if (summary.is_object() && o.format() == Format::Table && !o.quiet && events != &std::cout) {  // rank 0 only
-    const auto steps = summary.at("steps").get<std::uint64_t>(), start = summary.at("start_step").get<std::uint64_t>();
-    std::cout << fmt::format("\n{} steps on {}, {} rank{}: {:.0f} samples/s, loss {:.6g}, eval loss {:.6g}",
-                             steps > start ? steps - start : 0, summary.at("device").get<std::string>(),
-                             summary.at("world_size").get<int>(), summary.at("world_size").get<int>() == 1 ? "" : "s",
-                             summary.at("samples_per_s").get<double>(), summary.value("loss", 0.0),
-                             summary.value("eval_loss", 0.0));
-    if (summary.at("checkpoints").get<int>() > 0)
-      std::cout << fmt::format(", checkpoint stall {:.1f} ms in all",
-                               summary.at("checkpoint_stall_s").get<double>() * 1e3);
-    std::cout << std::endl;
-  }
-  return 0;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   using namespace rkit;
@@ -152,18 +87,28 @@ int main(int argc, char** argv) {
   launch_cmd->add_option("--events", o.events_path, "Write rkit.train.event.v1 records here (- for stdout)")
       ->type_name("FILE");
   launch_cmd->add_option("--run-id", o.run_id, "TORCHELASTIC_RUN_ID (default: made up)")->type_name("ID");
+  add_track_flags(*launch_cmd, o.track, /*opt_in=*/true);
   launch_cmd->add_option("command", o.command, "The training command, after --")->type_name("CMD");
   auto* run_cmd =
       tool.add_subcommand("run", "Train an MLP natively, data parallel under rtrain launch, with checkpoints");
   std::string run_config;
   run_cmd->add_option("config", run_config, "Run configuration (TOML); flags override it")->type_name("CONFIG.toml");
   const OptionFlags run_flags = run_options().add_to(*run_cmd);
+  TrackOptions track;
+  add_track_flags(*run_cmd, track);
+  RunsCli runs(tool);
   return tool.run(argc, argv, [&]() -> int {
-    if (*run_cmd) return run_main(tool, resolve_run_config(run_config, run_flags));
+    if (*run_cmd) {
+      track.resolve();
+      run_command(tool.options(), resolve_run_config(run_config, run_flags), track);
+      return 0;
+    }
+    if (runs.active()) return runs.main(tool.options());
     if (*launch_cmd) {
       o.nproc = nproc_per_node(nproc);
       slurm_defaults(o, nnodes_opt->count() > 0, node_rank_opt->count() > 0, master_addr_opt->count() > 0);
       if (!placement.empty()) o.placement = load_placement(placement, o.nproc);
+      if (o.track.enabled) o.track.resolve();
       if (!o.ckpt_dir.empty())
         o.ckpt_dir = std::filesystem::absolute(o.ckpt_dir).string();  // the workers' cwd may differ
       return launch(o);

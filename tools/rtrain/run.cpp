@@ -19,9 +19,12 @@
 #include "device.hpp"
 #include "model.hpp"
 #include "rkit/cpus.hpp"
+#include "rkit/digest.hpp"
 #include "rkit/error.hpp"
 #include "rkit/file.hpp"
 #include "rkit/safetensors.hpp"
+#include "rkit/time.hpp"
+#include "tracking.hpp"
 
 namespace rkit::rtrain {
 namespace {
@@ -29,10 +32,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-double now_unix_s() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 std::string env_or(const char* name, const std::string& fallback) {
   const char* v = std::getenv(name);
@@ -164,7 +163,7 @@ std::vector<std::vector<std::size_t>> make_buckets(const std::vector<std::size_t
   return buckets;
 }
 
-Json run_training(const TrainConfig& c, const std::function<void(const Json&)>& emit_record) {
+Json run_training(const TrainConfig& c, const Json& provenance, const std::function<void(const Json&)>& emit_record) {
   c.validate();
   const auto t_start = Clock::now();
   const DistEnv env = DistEnv::from_env();
@@ -173,7 +172,7 @@ Json run_training(const TrainConfig& c, const std::function<void(const Json&)>& 
   const bool lead = rank == 0;
   auto emit = [&](Json fields) {
     if (!lead) return;
-    Json rec{{"event", fields.at("event")}, {"time_unix_s", now_unix_s()}};
+    Json rec{{"event", fields.at("event")}, {"time_unix_s", unix_now_s()}};
     rec.update(fields);
     emit_record(rec);
   };
@@ -201,6 +200,7 @@ Json run_training(const TrainConfig& c, const std::function<void(const Json&)>& 
   Mlp net(*dev, c.layers, c.activation, c.loss, c.batch_size);
   net.init(c.seed);
   std::uint64_t start = 0;
+  Json parent;  // the checkpoint this run starts from, when it does
   const std::string resume = resume_path(c, *comm);
   if (!resume.empty()) {
     TrainState s = load_checkpoint(resume, net.tensors(), c.fingerprint(), net.parameters());
@@ -214,7 +214,14 @@ Json run_training(const TrainConfig& c, const std::function<void(const Json&)>& 
     if (start > total)
       throw Error(Exit::Usage,
                   fmt::format("checkpoint {} is of step {}, past this run's last step {}", resume, start, total));
-    emit({{"event", "resume"}, {"step", start}, {"path", resume}});
+    if (lead) parent = parent_record("resume", resume);
+    emit({{"event", "resume"}, {"step", start}, {"path", resume}, {"parent", parent}});
+  } else if (!c.init_from.empty()) {
+    // A fine-tune: the weights of another run's checkpoint, a fresh optimizer, step 0.
+    TrainState s = load_checkpoint(c.init_from, net.tensors(), c.fingerprint(), net.parameters());
+    dev->copy_in(net.params(), s.params.data(), s.params.size() * sizeof(float));
+    if (lead) parent = parent_record("finetune", c.init_from);
+    emit({{"event", "init"}, {"step", 0}, {"path", c.init_from}, {"parent", parent}});
   }
 
   // Buckets of whole layers, in backward order; a bucket is reduced once its layers are done.
@@ -235,7 +242,11 @@ Json run_training(const TrainConfig& c, const std::function<void(const Json&)>& 
   std::optional<Checkpointer> ckpt;
   double stall_s = 0, sync_pack_s = 0;  // checkpoint stalls, and what writing and packing took in the background
   std::uint64_t checkpoints = 0;
-  if (lead && c.ckpt_every > 0) ckpt.emplace(c.ckpt_dir, net.tensors(), c.pack, net.parameters());
+  if (lead && c.ckpt_every > 0) {
+    Json p = provenance;
+    if (p.is_object()) p["parent"] = parent;
+    ckpt.emplace(c.ckpt_dir, net.tensors(), c.pack, net.parameters(), std::move(p));
+  }
   auto report_checkpoints = [&] {
     for (const CheckpointDone& d : ckpt->take_done()) {
       sync_pack_s += d.write_s + d.pack_s;
@@ -244,7 +255,8 @@ Json run_training(const TrainConfig& c, const std::function<void(const Json&)>& 
             {"path", d.path},
             {"bytes", d.bytes},
             {"write_s", d.write_s},
-            {"pack_s", d.pack_s}});
+            {"pack_s", d.pack_s},
+            {"archive_xxh3", d.archive_xxh3.empty() ? Json() : Json(d.archive_xxh3)}});
     }
   };
   auto save = [&](std::uint64_t step) {
@@ -356,9 +368,16 @@ Json run_training(const TrainConfig& c, const std::function<void(const Json&)>& 
     report_checkpoints();
   }
 
-  if (lead && !c.output.empty()) {
-    std::vector<float> w(net.parameters());
+  // The final weights' digest: what a reproduction must match bit for bit.
+  std::string weights_xxh3;
+  std::vector<float> w;
+  if (lead) {
+    w.resize(net.parameters());
     dev->copy_out(w.data(), net.params(), w.size() * sizeof(float));
+    weights_xxh3 =
+        digest_hex(digest_bytes(std::string_view(reinterpret_cast<const char*>(w.data()), w.size() * sizeof(float))));
+  }
+  if (lead && !c.output.empty()) {
     safetensors::Writer out;
     out.set_metadata("format", "pt");
     out.set_metadata("rkit.model", c.fingerprint());
@@ -384,9 +403,14 @@ Json run_training(const TrainConfig& c, const std::function<void(const Json&)>& 
                {"checkpoints", checkpoints},
                {"checkpoint_stall_s", stall_s},
                {"checkpoint_background_s", sync_pack_s},
+               {"threads", threads},
+               {"weights_xxh3", weights_xxh3},
                {"wall_s", since(t_start)}};
   if (c.target_loss) summary["time_to_target_s"] = time_to_target ? Json(*time_to_target) : Json(nullptr);
-  if (!c.output.empty()) summary["output"] = c.output;
+  if (lead && !c.output.empty()) {  // rank 0 wrote it
+    summary["output"] = c.output;
+    summary["output_xxh3"] = digest_hex(digest_file(c.output).xxh3);
+  }
   emit(summary);
   return lead ? summary : Json();
 }

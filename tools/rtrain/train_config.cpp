@@ -45,14 +45,16 @@ const OptionTable<TrainConfig>& run_options() {
                          "Rows per rank per step (default 512)"),
           Options::custom(
               "--layers", "model.layers", [](C& c, const std::string& v) { c.layers = parse_layers(v); }, "LIST",
-              "Layer sizes, inputs to outputs (default 256,1024,1024,1)", layers_text),
+              "Layer sizes, inputs to outputs (default 256,1024,1024,1)", layers_text,
+              [](const C& c) { return fmt::format("{}", fmt::join(c.layers, ",")); }),
           Options::custom(
               "--activation", "model.activation",
               [](C& c, const std::string& v) { c.activation = parse_activation(v); }, "ACT",
-              "gelu or relu (default gelu)"),
+              "gelu or relu (default gelu)", {}, [](const C& c) { return std::string(activation_name(c.activation)); }),
           Options::custom(
               "--loss", "model.loss", [](C& c, const std::string& v) { c.loss = parse_loss(v); }, "LOSS",
-              "mse (regression) or cross_entropy (classes) (default mse)"),
+              "mse (regression) or cross_entropy (classes) (default mse)", {},
+              [](const C& c) { return std::string(loss_name(c.loss)); }),
           Options::text("--data", "data.source", &C::data, "FILE",
                         "synthetic, or a .csv, .npy or .safetensors file (default synthetic)"),
           Options::whole("--rows", "data.rows", &C::rows, "N", "Rows of synthetic data (default 100000)"),
@@ -82,7 +84,8 @@ const OptionTable<TrainConfig>& run_options() {
           Options::whole(
               "--threads", "train.threads",
               [](C& c, std::int64_t v) { c.threads = static_cast<int>(std::min<std::int64_t>(v, 4096)); }, "N",
-              "CPU threads for the matrix products (default: the usable cores shared among this node's ranks)"),
+              "CPU threads for the matrix products (default: the usable cores shared among this node's ranks)", {},
+              [](const C& c) { return std::int64_t{c.threads}; }),
           Options::number("--bucket-mb", "train.bucket_mb", &C::bucket_mb, "MB",
                           "Gradient all-reduce bucket size in MiB (default 1)"),
           Options::whole("--ckpt-every", "checkpoint.every", &C::ckpt_every, "N",
@@ -96,6 +99,8 @@ const OptionTable<TrainConfig>& run_options() {
           Options::text("--resume-from", "", &C::resume_from, "PATH",
                         "Resume from this step-N/ folder or .rkpt (default: the newest in the checkpoint folder, else "
                         "$RKIT_RESUME_FROM)"),
+          Options::text("--init-from", "", &C::init_from, "PATH",
+                        "Fine-tune: start from this checkpoint's weights with a fresh optimizer, at step 0"),
           Options::text("--output", "", &C::output, "FILE", "Write the final weights here (safetensors)"),
           Options::text("--events", "", &C::events, "FILE",
                         "Also write every rkit.train.event.v1 record here (- for stdout)"),
@@ -108,6 +113,9 @@ kernels::Activation parse_activation(const std::string& name) {
   if (name == "relu") return kernels::Activation::Relu;
   throw Error(Exit::Usage, fmt::format("unknown activation '{}' (expected gelu or relu)", name));
 }
+
+const char* activation_name(kernels::Activation a) { return a == kernels::Activation::Gelu ? "gelu" : "relu"; }
+const char* loss_name(Loss l) { return l == Loss::Mse ? "mse" : "cross_entropy"; }
 
 Loss parse_loss(const std::string& name) {
   if (name == "mse") return Loss::Mse;
@@ -181,9 +189,8 @@ void TrainConfig::validate() const {
 }
 
 std::string TrainConfig::fingerprint() const {
-  return fmt::format("layers={} activation={} loss={}", fmt::join(layers, ","),
-                     activation == kernels::Activation::Gelu ? "gelu" : "relu",
-                     loss == Loss::Mse ? "mse" : "cross_entropy");
+  return fmt::format("layers={} activation={} loss={}", fmt::join(layers, ","), activation_name(activation),
+                     loss_name(loss));
 }
 
 }  // namespace rkit::rtrain

@@ -52,6 +52,7 @@ struct TrainConfig {
   std::string ckpt_dir;          // default $RKIT_CKPT_DIR
   bool pack = true;              // rckpt pack each checkpoint in the background
   std::string resume_from;       // default: the newest complete in ckpt_dir, else $RKIT_RESUME_FROM
+  std::string init_from;         // a fine-tune: start from this checkpoint's weights, at step 0
   // outputs
   std::string output;  // final weights (safetensors, rank 0)
   std::string events;  // rkit.train.event.v1 records ("-": stdout)
@@ -82,6 +83,8 @@ TrainConfig load_train_config(const std::string& path);
 // Names of activations and losses as the configuration and flags spell them.
 kernels::Activation parse_activation(const std::string& name);  // gelu | relu; Error(Usage) otherwise
 Loss parse_loss(const std::string& name);                       // mse | cross_entropy
+const char* activation_name(kernels::Activation a);             // and back
+const char* loss_name(Loss l);
 // "256,1024,1024,1" → sizes (at least 2, each 1 to 1<<20); Error(Usage) otherwise.
 std::vector<std::size_t> parse_layers(const std::string& text);
 

@@ -23,6 +23,9 @@ std::string host_name();
 // The kernel, as uname names it: "Linux 6.1.0-18-amd64".
 std::string kernel_name();
 
+// The name of user `uid` (the password database's), or its number when it has none.
+std::string user_name(std::uint32_t uid);
+
 // Physical memory in bytes; 0 when unknown.
 std::uint64_t physical_memory_bytes();
 

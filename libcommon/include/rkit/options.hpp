@@ -42,11 +42,13 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <variant>
 #include <vector>
 
 #include "rkit/config.hpp"
+#include "rkit/jsonl.hpp"
 
 namespace rkit {
 
@@ -107,6 +109,10 @@ void check_keys(const Config& cfg, const std::vector<OptionSpec>& specs, const s
 std::optional<OptionValue> file_value(const Config& cfg, const OptionSpec& spec);
 // Runs `set`; an Error it throws becomes Error(Config) at the file's value of `key`.
 void at_key(const Config& cfg, const std::string& key, const std::function<void()>& set);
+// An option's value as JSON, and back as its kind wants it (Error(DataErr) naming
+// `source` and the key when the type or range is wrong; a parser's Error as it is).
+Json value_json(const OptionValue& v);
+OptionValue json_value(const Json& j, const OptionSpec& spec, const std::string& source);
 // Checks an entry as it is declared (a flag or a key, a key in a table named, ranges
 // within what Config reads); std::logic_error otherwise, a bug of the table.
 void check_spec(const OptionSpec& spec, const std::vector<std::string>& tables);
@@ -116,9 +122,12 @@ template <typename T>
 class OptionTable {
  public:
   using Setter = std::function<void(T&, const OptionValue&)>;
+  // The value as the struct holds it, for to_json(); nullopt for an unset optional.
+  using Getter = std::function<std::optional<OptionValue>(const T&)>;
   struct Option {
     OptionSpec spec;
     Setter set;
+    Getter get;  // may be empty: the option is not recorded (to_json)
   };
   struct WholeRange {
     std::int64_t min = 0, max = Config::kWholeMax;
@@ -134,6 +143,7 @@ class OptionTable {
       internal::check_spec(o.spec, tables_);
       specs_.push_back(std::move(o.spec));
       setters_.push_back(std::move(o.set));
+      getters_.push_back(std::move(o.get));
     }
   }
 
@@ -144,14 +154,18 @@ class OptionTable {
                       WholeRange range = {}) {
     return whole(
         std::move(flag), std::move(key), [member](T& t, std::int64_t v) { t.*member = static_cast<M>(v); },
-        std::move(type_name), std::move(help), range);
+        std::move(type_name), std::move(help), range,
+        [member](const T& t) { return static_cast<std::int64_t>(t.*member); });
   }
   static Option whole(std::string flag, std::string key, std::function<void(T&, std::int64_t)> set,
-                      std::string type_name, std::string help, WholeRange range = {}) {
+                      std::string type_name, std::string help, WholeRange range = {},
+                      std::function<std::int64_t(const T&)> get = {}) {
     OptionSpec s = spec(std::move(flag), std::move(key), OptionKind::Whole, std::move(type_name), std::move(help));
     s.min = static_cast<double>(range.min);
     s.max = static_cast<double>(range.max);
-    return {std::move(s), [set](T& t, const OptionValue& v) { set(t, std::get<std::int64_t>(v)); }};
+    Getter getter;
+    if (get) getter = [get](const T& t) -> std::optional<OptionValue> { return get(t); };
+    return {std::move(s), [set](T& t, const OptionValue& v) { set(t, std::get<std::int64_t>(v)); }, getter};
   }
   // A member of type double or std::optional<double>; any number unless a range is given.
   template <typename M>
@@ -160,32 +174,45 @@ class OptionTable {
     OptionSpec s = spec(std::move(flag), std::move(key), OptionKind::Number, std::move(type_name), std::move(help));
     s.min = range.min;
     s.max = range.max;
-    return {std::move(s), [member](T& t, const OptionValue& v) { t.*member = std::get<double>(v); }};
+    return {std::move(s), [member](T& t, const OptionValue& v) { t.*member = std::get<double>(v); },
+            [member](const T& t) -> std::optional<OptionValue> {
+              if constexpr (std::is_same_v<M, double>)
+                return t.*member;
+              else
+                return (t.*member) ? std::optional<OptionValue>(*(t.*member)) : std::nullopt;
+            }};
   }
   static Option text(std::string flag, std::string key, std::string T::*member, std::string type_name,
                      std::string help) {
     return {spec(std::move(flag), std::move(key), OptionKind::Text, std::move(type_name), std::move(help)),
-            [member](T& t, const OptionValue& v) { t.*member = std::get<std::string>(v); }};
+            [member](T& t, const OptionValue& v) { t.*member = std::get<std::string>(v); },
+            [member](const T& t) -> std::optional<OptionValue> { return t.*member; }};
   }
   static Option choice(std::string flag, std::string key, std::string T::*member, std::string type_name,
                        std::string help, std::vector<std::string> choices) {
     OptionSpec s = spec(std::move(flag), std::move(key), OptionKind::Choice, std::move(type_name), std::move(help));
     s.choices = std::move(choices);
-    return {std::move(s), [member](T& t, const OptionValue& v) { t.*member = std::get<std::string>(v); }};
+    return {std::move(s), [member](T& t, const OptionValue& v) { t.*member = std::get<std::string>(v); },
+            [member](const T& t) -> std::optional<OptionValue> { return t.*member; }};
   }
   // A flag sets the member to `when_given`; the file's boolean sets it to itself.
   static Option boolean(std::string flag, std::string key, bool T::*member, std::string help, bool when_given = true) {
     OptionSpec s = spec(std::move(flag), std::move(key), OptionKind::Bool, "", std::move(help));
     s.when_given = when_given;
-    return {std::move(s), [member](T& t, const OptionValue& v) { t.*member = std::get<bool>(v); }};
+    return {std::move(s), [member](T& t, const OptionValue& v) { t.*member = std::get<bool>(v); },
+            [member](const T& t) -> std::optional<OptionValue> { return t.*member; }};
   }
-  // `parse` sets the struct from the text, throwing rkit::Error when it is not valid.
+  // `parse` sets the struct from the text, throwing rkit::Error when it is not valid;
+  // `print` gives the text back (as the flag spells it) for to_json().
   static Option custom(std::string flag, std::string key, std::function<void(T&, const std::string&)> parse,
                        std::string type_name, std::string help,
-                       std::function<std::string(const Config&, const std::string&)> file_text = {}) {
+                       std::function<std::string(const Config&, const std::string&)> file_text = {},
+                       std::function<std::string(const T&)> print = {}) {
     OptionSpec s = spec(std::move(flag), std::move(key), OptionKind::Custom, std::move(type_name), std::move(help));
     s.file_text = std::move(file_text);
-    return {std::move(s), [parse](T& t, const OptionValue& v) { parse(t, std::get<std::string>(v)); }};
+    Getter getter;
+    if (print) getter = [print](const T& t) -> std::optional<OptionValue> { return print(t); };
+    return {std::move(s), [parse](T& t, const OptionValue& v) { parse(t, std::get<std::string>(v)); }, getter};
   }
 
   // Registers every entry that has a flag on `app`, in the table's order; a flag given
@@ -213,6 +240,30 @@ class OptionTable {
     return defaults;
   }
 
+  // The struct's values by key, {"train.steps": 1000, "model.layers": "8,4,1", ...}: every
+  // option with a key and a getter, null for an unset optional. What a run records as its
+  // configuration, and apply_json() reads back.
+  Json to_json(const T& t) const {
+    Json out = Json::object();
+    for (std::size_t i = 0; i < specs_.size(); ++i) {
+      if (specs_[i].key.empty() || !getters_[i]) continue;
+      const std::optional<OptionValue> v = getters_[i](t);
+      out[specs_[i].key] = v ? internal::value_json(*v) : Json(nullptr);
+    }
+    return out;
+  }
+  // Sets `out` from such an object, as the file would (types and ranges checked); keys
+  // the table does not know, and nulls, are left alone. Error(DataErr) "'train.lr' must be
+  // a number" (prefixed by `source`) for a value that does not fit.
+  void apply_json(const Json& j, T& out, const std::string& source) const {
+    for (std::size_t i = 0; i < specs_.size(); ++i) {
+      if (specs_[i].key.empty() || !getters_[i]) continue;
+      const auto it = j.find(specs_[i].key);
+      if (it == j.end() || it->is_null()) continue;
+      setters_[i](out, internal::json_value(*it, specs_[i], source));
+    }
+  }
+
   const std::vector<OptionSpec>& specs() const { return specs_; }
   const std::vector<std::string>& tables() const { return tables_; }
 
@@ -230,6 +281,7 @@ class OptionTable {
   std::vector<std::string> tables_;
   std::vector<OptionSpec> specs_;
   std::vector<Setter> setters_;
+  std::vector<Getter> getters_;
 };
 
 }  // namespace rkit

@@ -32,4 +32,7 @@ std::tm utc_tm(double unix_s);
 // A Unix time formatted by strftime(3) in UTC ("%Y-%m-%d %H:%M UTC").
 std::string format_utc(double unix_s, const char* format);
 
+// Now, in seconds since the Unix epoch (the records' time_unix_s).
+double unix_now_s();
+
 }  // namespace rkit

@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 
+#include "rkit/digest.hpp"
 #include "rkit/error.hpp"
 
 namespace rkit::rckpt {
@@ -139,7 +140,7 @@ Json TensorRecord::to_json() const {
   return Json{{"name", name}, {"dtype", dtype}, {"shape", shape}, {"offset", offset}, {"bytes", bytes}};
 }
 
-std::string hash_hex(std::uint64_t h) { return fmt::format("{:016x}", h); }
+std::string hash_hex(std::uint64_t h) { return digest_hex(h); }
 
 std::uint64_t parse_hash_hex(const std::string& text, const std::string& where) {
   if (text.size() != 16 || text.find_first_not_of("0123456789abcdef") != std::string::npos)
@@ -189,6 +190,7 @@ Json Manifest::to_json() const {
   j["shuffle"] = shuffle;
   j["archive_bytes"] = archive_bytes;
   j["archive_xxh3"] = hash_hex(archive_xxh3);
+  if (!provenance.is_null()) j["provenance"] = provenance;
   j["bases"] = Json::array();
   for (const auto& b : bases) j["bases"].push_back({{"name", b.name}, {"archive_xxh3", hash_hex(b.archive_xxh3)}});
   j["files"] = Json::array();
@@ -275,6 +277,10 @@ Manifest parse_manifest(std::string_view text, const std::string& source) {
   if (const Json* s = top.find("shuffle"); s && s->is_boolean()) m.shuffle = s->get<bool>();
   m.archive_bytes = top.u64("archive_bytes");
   m.archive_xxh3 = top.hash("archive_xxh3");
+  if (const Json* p = top.find("provenance"); p && !p->is_null()) {
+    if (!p->is_object()) throw Error(Exit::DataErr, source + ": provenance must be an object");
+    m.provenance = *p;
+  }
 
   const Json& bases = top.array("bases");
   for (std::size_t i = 0; i < bases.size(); ++i) {

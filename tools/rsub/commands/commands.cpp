@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <grp.h>
-#include <pwd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -21,6 +20,7 @@
 #include "rkit/cli.hpp"
 #include "rkit/error.hpp"
 #include "rkit/file.hpp"
+#include "rkit/host.hpp"
 #include "rkit/units.hpp"
 
 namespace rkit::rsub {
@@ -120,9 +120,7 @@ void print_jobs(Context& ctx, const std::vector<std::int64_t>& ids) {
 Submitter user_of(uid_t uid) {
   Submitter me;
   me.uid = uid;
-  passwd pw{}, *found = nullptr;
-  char buf[4096];
-  me.user = ::getpwuid_r(uid, &pw, buf, sizeof buf, &found) == 0 && found ? found->pw_name : std::to_string(uid);
+  me.user = user_name(uid);
   return me;
 }
 

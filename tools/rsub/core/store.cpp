@@ -5,17 +5,12 @@
 #include "core/store.hpp"
 
 #include <fmt/format.h>
-#include <sqlite3.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <random>
 #include <string_view>
-#include <unordered_map>
 
 #include "core/store_sql.hpp"
 #include "rkit/error.hpp"
@@ -23,7 +18,6 @@
 
 namespace rkit::rsub {
 
-using store_sql::fail;
 using store_sql::kJobColumns;
 
 namespace {
@@ -82,122 +76,19 @@ constexpr const char* kMigrateFrom4 = R"sql(
 ALTER TABLE jobs ADD COLUMN workflow TEXT;
 )sql";
 
-// SQLite's own busy timeout sleeps 1, 2, 5, 10 ms... between tries: far longer than the
-// transactions of the daemon and its supervisors (well under a millisecond), so a writer
-// that finds the lock taken would wait milliseconds for nothing, and every submit behind
-// it. Tries again every 50 µs, every millisecond after 100 tries; gives up after 30 s.
-int retry_busy(void* arg, int tries) {
-  auto& since = *static_cast<std::chrono::steady_clock::time_point*>(arg);
-  const auto now = std::chrono::steady_clock::now();
-  if (tries == 0)
-    since = now;
-  else if (now - since > std::chrono::seconds(30))
-    return 0;
-  ::usleep(tries < 100 ? 50 : 1000);
-  return 1;
-}
-
 }  // namespace
 
 double now_s() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
-Store::Store(const std::string& dir) : dir_(dir) {
-  // The state directory and its parents may not exist yet (~/.local/state on a fresh
-  // account): create them, private.
-  for (std::size_t slash = dir.find('/', 1); slash != std::string::npos; slash = dir.find('/', slash + 1))
-    ::mkdir(dir.substr(0, slash).c_str(), 0700);
-  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) throw system_error("create " + dir, errno);
-  const std::string path = dir + "/jobs.db";
-  if (sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr) !=
-      SQLITE_OK) {
-    const std::string message = db_ ? sqlite3_errmsg(db_) : "out of memory";
-    sqlite3_close(db_);
-    db_ = nullptr;
-    throw Error(::access(dir.c_str(), W_OK) == 0 ? Exit::IoErr : Exit::NoPerm,
-                fmt::format("job store: open {}: {}", path, message));
-  }
-  try {
-    sqlite3_busy_handler(db_, retry_busy, &busy_since_);
-    exec("PRAGMA synchronous=NORMAL");  // per connection; WAL mode is the file's, set once below
-    Stmt& version = stmt("PRAGMA user_version");
-    const int have = version.step() ? version.i32(0) : 0;
-    version.reset();
-    if (have > kSchemaVersion)
-      throw Error(
-          Exit::DataErr,
-          fmt::format("job store {}: schema version {} is newer than this rsub's ({})", path, have, kSchemaVersion),
-          "use the rsub that created it");
-    if (have < kSchemaVersion) {
-      // Switching a new database to WAL takes a lock that SQLite does not wait for, so
-      // clients that create the store at the same moment retry here.
-      for (int tries = 0;; ++tries) {
-        try {
-          exec("PRAGMA journal_mode=WAL");
-          break;
-        } catch (const Error& e) {
-          if (e.code() != Exit::TempFail || tries == 3000) throw;
-          ::usleep(10000);
-        }
-      }
-      transaction([&] {
-        // Read again under the write lock: another client may have upgraded it meanwhile
-        // (ALTER TABLE cannot run twice, unlike kSchema's IF NOT EXISTS).
-        Stmt& again = stmt("PRAGMA user_version");
-        const int now = again.step() ? again.i32(0) : 0;
-        again.reset();
-        if (now >= kSchemaVersion) return;
-        if (now == 1) exec(kMigrateFrom1);
-        if (now >= 1 && now <= 2) exec(kMigrateFrom2);
-        if (now >= 1 && now <= 4) exec(kMigrateFrom4);
-        exec(kSchema);
-        exec(fmt::format("PRAGMA user_version={}", kSchemaVersion).c_str());
-      });
-    }
-  } catch (...) {
-    cache_.clear();
-    sqlite3_close(db_);
-    throw;
-  }
-}
+Store::Store(const std::string& dir)
+    : dir_(dir), db_(dir + "/jobs.db", "job store", kSchemaVersion, [](sql::Db& db, int have) {
+        if (have == 1) db.exec(kMigrateFrom1);
+        if (have >= 1 && have <= 2) db.exec(kMigrateFrom2);
+        if (have >= 1 && have <= 4) db.exec(kMigrateFrom4);
+        db.exec(kSchema);
+      }) {}
 
-Store::~Store() {
-  cache_.clear();  // statements before the connection
-  sqlite3_close(db_);
-}
-
-void Store::exec(const char* sql) {
-  char* err = nullptr;
-  if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
-    sqlite3_free(err);
-    fail(db_, "exec");
-  }
-}
-
-Store::Stmt& Store::stmt(const char* sql) {
-  // Statements are string literals: the pointer identifies them.
-  for (auto& [key, s] : cache_)
-    if (key == sql) return s->reset();
-  cache_.emplace_back(sql, std::make_unique<Stmt>(db_, sql));
-  return cache_.back().second->reset();
-}
-
-void Store::transaction(const std::function<void()>& fn) {
-  if (depth_ > 0) {
-    fn();
-    return;
-  }
-  exec("BEGIN IMMEDIATE");
-  depth_ = 1;
-  try {
-    fn();
-    depth_ = 0;
-    exec("COMMIT");
-  } catch (...) {
-    depth_ = 0;
-    sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
-    throw;
-  }
-}
+Store::~Store() = default;
 
 namespace {
 
@@ -242,7 +133,7 @@ std::vector<std::int64_t> Store::submit(const JobSpec& spec, const Submitter& wh
           .bind(environ_json)
           .bind(workflow)
           .run();
-      ids.push_back(sqlite3_last_insert_rowid(db_));
+      ids.push_back(db_.last_rowid());
     };
     if (!spec.array) {
       add(std::nullopt, std::nullopt);
@@ -385,7 +276,7 @@ bool Store::cancel(std::int64_t id, const std::string& by, double now) {
     Stmt& pending =
         stmt("UPDATE jobs SET state = 'CANCELLED', reason = ?, end_s = ? WHERE id = ? AND state = 'PENDING'");
     pending.bind("cancelled by " + by).bind(now).bind(id).run();
-    done = sqlite3_changes(db_) > 0;
+    done = db_.changes() > 0;
     if (!done)
       stmt("UPDATE jobs SET cancel_requested = 1, reason = ? WHERE id = ? AND state = 'RUNNING'")
           .bind("cancelled by " + by)
@@ -400,7 +291,7 @@ bool Store::set_held(std::int64_t id, bool held) {
       "UPDATE jobs SET held = ?, reason = CASE WHEN ? THEN 'JobHeldUser' ELSE '' END WHERE id = ? AND "
       "state = 'PENDING'");
   s.bind(held ? 1 : 0).bind(held ? 1 : 0).bind(id).run();
-  return sqlite3_changes(db_) > 0;
+  return db_.changes() > 0;
 }
 
 std::optional<std::string> Store::meta(const std::string& key) {

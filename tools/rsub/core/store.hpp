@@ -18,7 +18,6 @@
 // unique across concurrent submitters and never reused. One Store per thread.
 #pragma once
 
-#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -29,8 +28,7 @@
 
 #include "core/job.hpp"
 #include "core/spec.hpp"
-
-struct sqlite3;
+#include "rkit/sqlite.hpp"
 
 namespace rkit::rsub {
 
@@ -130,7 +128,7 @@ class Store {
   // Holds or releases a pending job; false when it is not pending.
   bool set_held(std::int64_t id, bool held);
   // Changes whenever another connection commits (PRAGMA data_version).
-  std::uint64_t data_version();
+  std::uint64_t data_version() { return db_.data_version(); }
 
   // --- the daemon -----------------------------------------------------------------------
   // The daemon's cheap refresh: it loads the active jobs once (active_jobs_after), then
@@ -231,19 +229,16 @@ class Store {
 
   // Runs `fn` in one write transaction (BEGIN IMMEDIATE ... COMMIT; rolled back when it
   // throws). Nested calls join the outer transaction.
-  void transaction(const std::function<void()>& fn);
+  void transaction(const std::function<void()>& fn) { db_.transaction(fn); }
 
  private:
-  class Stmt;
-  Stmt& stmt(const char* sql);
+  using Stmt = sql::Stmt;
+  Stmt& stmt(const char* sql) { return db_.stmt(sql); }
   JobRecord read_job(Stmt& s, bool light = false);
-  void exec(const char* sql);
+  void exec(const char* sql) { db_.exec(sql); }
 
   std::string dir_;
-  sqlite3* db_ = nullptr;
-  int depth_ = 0;
-  std::chrono::steady_clock::time_point busy_since_;  // when the write lock was first found taken
-  std::vector<std::pair<const char*, std::unique_ptr<Stmt>>> cache_;
+  sql::Db db_;
 };
 
 // Seconds since the Unix epoch, as stored.

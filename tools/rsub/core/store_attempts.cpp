@@ -3,7 +3,6 @@
 #include "core/store.hpp"
 
 #include <fmt/format.h>
-#include <sqlite3.h>
 
 #include <algorithm>
 #include <cmath>
@@ -16,12 +15,6 @@
 namespace rkit::rsub {
 
 using store_sql::kJobColumns;
-
-std::uint64_t Store::data_version() {
-  Stmt& s = stmt("PRAGMA data_version");
-  Stmt::Finish finish{s};
-  return s.step() ? static_cast<std::uint64_t>(s.i64(0)) : 0;
-}
 
 std::vector<JobRecord> Store::active_jobs_after(std::int64_t after_id) {
   static const std::string sql = fmt::format(
@@ -97,7 +90,7 @@ bool Store::start_attempt(std::int64_t id, const std::vector<TaskAlloc>& alloc, 
         .bind(host)
         .bind(id)
         .run();
-    started = sqlite3_changes(db_) > 0;
+    started = db_.changes() > 0;
   });
   return started;
 }
@@ -109,7 +102,7 @@ bool Store::undo_start(std::int64_t id, int attempt) {
       .bind(id)
       .bind(attempt)
       .run();
-  return sqlite3_changes(db_) > 0;
+  return db_.changes() > 0;
 }
 
 void Store::set_reasons(const std::vector<std::pair<std::int64_t, std::string>>& reasons) {
@@ -123,12 +116,12 @@ void Store::set_reasons(const std::vector<std::pair<std::int64_t, std::string>>&
 bool Store::finish(std::int64_t id, JobState state, const std::string& reason, double now) {
   Stmt& s = stmt("UPDATE jobs SET state = ?, reason = ?, end_s = ? WHERE id = ? AND state IN ('PENDING', 'RUNNING')");
   s.bind(state_name(state)).bind(reason).bind(now).bind(id).run();
-  return sqlite3_changes(db_) > 0;
+  return db_.changes() > 0;
 }
 
 bool Store::lost_was_cancelled(std::int64_t id, const std::string& reason) {
   stmt("UPDATE jobs SET state = 'CANCELLED', reason = ? WHERE id = ? AND state = 'LOST'").bind(reason).bind(id).run();
-  return sqlite3_changes(db_) > 0;
+  return db_.changes() > 0;
 }
 
 void Store::task_started(std::int64_t id, int attempt, int task, int pid, double now) {

@@ -3,7 +3,6 @@
 #include "core/store.hpp"
 
 #include <fmt/format.h>
-#include <sqlite3.h>
 
 #include <cstdlib>
 

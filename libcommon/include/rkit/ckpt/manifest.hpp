@@ -88,6 +88,11 @@ struct Manifest {
   bool shuffle = true;
   std::uint64_t archive_bytes = 0;  // bytes covered by archive_xxh3
   std::uint64_t archive_xxh3 = 0;
+  // Where the checkpoint came from, as its maker said (rckpt pack --provenance): an
+  // object, null when not given. rtrain writes {"run_id", "step", "config_xxh3",
+  // "inputs": [{"name", "path", "bytes", "xxh3"}], "parent": {"kind", "archive",
+  // "archive_xxh3", "run_id"} or null} (rkit(7), rkit.ckpt.v1); rckpt log follows parent.
+  Json provenance;
   std::vector<BaseRecord> bases;
   std::vector<FileRecord> files;
   std::vector<FrameRecord> frames;

@@ -1,0 +1,158 @@
+// The embedded stores' SQLite connection (see rkit/sqlite.hpp).
+#include "rkit/sqlite.hpp"
+
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "rkit/error.hpp"
+#include "rkit/file.hpp"
+
+namespace rkit::sql {
+namespace {
+
+// SQLite's own busy timeout sleeps 1, 2, 5, 10 ms... between tries: far longer than the
+// stores' transactions (well under a millisecond), so a writer that finds the lock taken
+// would wait milliseconds for nothing, and every writer behind it. Tries again every
+// 50 µs, every millisecond after 100 tries; gives up after 30 s.
+int retry_busy(void* arg, int tries) {
+  auto& since = *static_cast<std::chrono::steady_clock::time_point*>(arg);
+  const auto now = std::chrono::steady_clock::now();
+  if (tries == 0)
+    since = now;
+  else if (now - since > std::chrono::seconds(30))
+    return 0;
+  ::usleep(tries < 100 ? 50 : 1000);
+  return 1;
+}
+
+}  // namespace
+
+void fail(sqlite3* db, std::string_view store, std::string_view what) {
+  const int code = sqlite3_extended_errcode(db) & 0xff;
+  const std::string message = fmt::format("{}: {}: {}", store, what, sqlite3_errmsg(db));
+  if (code == SQLITE_BUSY || code == SQLITE_LOCKED)
+    throw Error(Exit::TempFail, message, fmt::format("another process holds the {}; try again", store));
+  if (code == SQLITE_READONLY || code == SQLITE_PERM || code == SQLITE_CANTOPEN) throw Error(Exit::NoPerm, message);
+  if (code == SQLITE_FULL) throw Error(Exit::IoErr, message, fmt::format("the {}'s disk is full", store));
+  if (code == SQLITE_CORRUPT || code == SQLITE_NOTADB) throw Error(Exit::DataErr, message);
+  throw Error(Exit::IoErr, message);
+}
+
+Stmt::Stmt(sqlite3* db, const char* sql, std::string_view store) : db_(db), store_(store) {
+  if (sqlite3_prepare_v3(db, sql, -1, SQLITE_PREPARE_PERSISTENT, &s_, nullptr) != SQLITE_OK) fail(db, store, "prepare");
+}
+
+Stmt::~Stmt() { sqlite3_finalize(s_); }
+
+Db::Db(const std::string& path, std::string store, int version, const Migrate& migrate)
+    : path_(path), store_(std::move(store)) {
+  // The folder and its parents may not exist yet (~/.local/state on a fresh account):
+  // create them, private.
+  const std::string dir = parent_dir(path);
+  for (std::size_t slash = dir.find('/', 1); slash != std::string::npos; slash = dir.find('/', slash + 1))
+    ::mkdir(dir.substr(0, slash).c_str(), 0700);
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) throw system_error("create " + dir, errno);
+  if (sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr) !=
+      SQLITE_OK) {
+    const std::string message = db_ ? sqlite3_errmsg(db_) : "out of memory";
+    sqlite3_close(db_);
+    db_ = nullptr;
+    throw Error(::access(dir.c_str(), W_OK) == 0 ? Exit::IoErr : Exit::NoPerm,
+                fmt::format("{}: open {}: {}", store_, path, message));
+  }
+  try {
+    sqlite3_busy_handler(db_, retry_busy, &busy_since_);
+    exec("PRAGMA synchronous=NORMAL");  // per connection; WAL mode is the file's, set once below
+    auto user_version = [this] {
+      Stmt& v = stmt("PRAGMA user_version");
+      const int have = v.step() ? v.i32(0) : 0;
+      v.reset();
+      return have;
+    };
+    const int have = user_version();
+    if (have > version)
+      throw Error(
+          Exit::DataErr,
+          fmt::format("{} {}: schema version {} is newer than this program's ({})", store_, path, have, version),
+          "use the rkit that created it");
+    if (have < version) {
+      // Switching a new database to WAL takes a lock that SQLite does not wait for, so
+      // processes that create the store at the same moment retry here.
+      for (int tries = 0;; ++tries) {
+        try {
+          exec("PRAGMA journal_mode=WAL");
+          break;
+        } catch (const Error& e) {
+          if (e.code() != Exit::TempFail || tries == 3000) throw;
+          ::usleep(10000);
+        }
+      }
+      transaction([&] {
+        // Read again under the write lock: another process may have upgraded it meanwhile
+        // (ALTER TABLE cannot run twice, unlike CREATE ... IF NOT EXISTS).
+        const int now = user_version();
+        if (now >= version) return;
+        migrate(*this, now);
+        exec(fmt::format("PRAGMA user_version={}", version));
+      });
+    }
+  } catch (...) {
+    cache_.clear();
+    sqlite3_close(db_);
+    throw;
+  }
+}
+
+Db::~Db() {
+  cache_.clear();  // statements before the connection
+  sqlite3_close(db_);
+}
+
+void Db::exec(const char* sql) {
+  char* err = nullptr;
+  if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+    sqlite3_free(err);
+    fail(db_, store_, "exec");
+  }
+}
+
+Stmt& Db::stmt(const char* sql) {
+  for (auto& [key, s] : cache_)
+    if (key == sql) return s->reset();
+  cache_.emplace_back(sql, std::make_unique<Stmt>(db_, sql, store_));
+  return cache_.back().second->reset();
+}
+
+std::unique_ptr<Stmt> Db::prepare(const std::string& sql) { return std::make_unique<Stmt>(db_, sql.c_str(), store_); }
+
+void Db::transaction(const std::function<void()>& fn) {
+  if (depth_ > 0) {
+    fn();
+    return;
+  }
+  exec("BEGIN IMMEDIATE");
+  depth_ = 1;
+  try {
+    fn();
+    depth_ = 0;
+    exec("COMMIT");
+  } catch (...) {
+    depth_ = 0;
+    sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+    throw;
+  }
+}
+
+std::int64_t Db::changes() const { return sqlite3_changes(db_); }
+std::int64_t Db::last_rowid() const { return sqlite3_last_insert_rowid(db_); }
+
+std::uint64_t Db::data_version() {
+  Stmt& s = stmt("PRAGMA data_version");
+  Stmt::Finish done{s};
+  return s.step() ? static_cast<std::uint64_t>(s.i64(0)) : 0;
+}
+
+}  // namespace rkit::sql

@@ -1,0 +1,353 @@
+// rtrain's records in the run store (see tracking.hpp).
+#include "tracking.hpp"
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "rkit/ckpt/archive.hpp"
+#include "rkit/cpus.hpp"
+#include "rkit/digest.hpp"
+#include "rkit/error.hpp"
+#include "rkit/host.hpp"
+#include "rkit/nvml.hpp"
+#include "rkit/process.hpp"
+#include "rkit/time.hpp"
+#include "rkit/topology.hpp"
+#include "rkit/version.hpp"
+
+namespace rkit::rtrain {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// git's output, or nullopt when it fails (not a work tree, no git).
+std::optional<std::string> git(const std::string& dir, std::vector<std::string> args) {
+  SpawnOptions o;
+  o.argv = {"git", "-C", dir};
+  o.argv.insert(o.argv.end(), args.begin(), args.end());
+  o.out = Redirect::pipe();
+  o.err = Redirect::null();
+  try {
+    RunResult r = run(o, 30.0);
+    if (!r.status.success()) return std::nullopt;
+    return r.out;
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+}
+
+std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);)
+    if (line.starts_with("model name")) {
+      const std::size_t colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(line.find_first_not_of(' ', colon + 1));
+    }
+  return "";
+}
+
+std::string absolute(const std::string& path) {
+  return path.empty() ? path : std::filesystem::absolute(path).lexically_normal().string();
+}
+
+// A numeric field of an event record, as a metric.
+void add_metrics(const Json& event, std::vector<runs::Metric>& out) {
+  const std::int64_t step = event.value("step", std::int64_t{0});
+  const double t = event.value("time_unix_s", unix_now_s());
+  for (const auto& [key, v] : event.items()) {
+    if (!v.is_number() || key == "step" || key == "time_unix_s") continue;
+    out.push_back({key, step, v.get<double>(), t});
+  }
+}
+
+}  // namespace
+
+void TrackOptions::resolve() {
+  if (const char* t = std::getenv("RKIT_TRACK"); t && std::string_view(t) == "0") enabled = false;
+  if (experiment.empty())
+    if (const char* e = std::getenv("RKIT_EXPERIMENT"); e && *e) experiment = e;
+  if (experiment.empty()) experiment = "default";
+  (void)tags_json();  // refuses a bad tag now, before any work
+}
+
+void add_track_flags(CLI::App& cmd, TrackOptions& o, bool opt_in) {
+  cmd.add_option("--experiment", o.experiment,
+                 "Record the run under this experiment (default $RKIT_EXPERIMENT, else "
+                 "default)")
+      ->type_name("NAME");
+  cmd.add_option("--run-name", o.name, "A name for the run's record")->type_name("NAME");
+  cmd.add_option("--tag", o.tags, "A tag of the run's record (repeatable)")->type_name("KEY=VALUE");
+  cmd.add_option("--project", o.project,
+                 "Keep the record in DIR/runs.db, a project's store (default $RKIT_PROJECT_DIR, else the state "
+                 "directory's)")
+      ->type_name("DIR");
+  if (opt_in)
+    cmd.add_flag(
+        "--track", o.enabled,
+        "Keep a record of the run, with what the workers log to $RKIT_METRICS_FILE (examples/python/rkit_track.py)");
+  else
+    cmd.add_flag(
+        "--no-track", [&o](std::int64_t) { o.enabled = false; },
+        "Keep no record in the run store (also $RKIT_TRACK=0)");
+}
+
+Json TrackOptions::tags_json() const {
+  Json out = Json::object();
+  for (const std::string& t : tags) {
+    const std::size_t eq = t.find('=');
+    if (eq == std::string::npos || eq == 0) throw Error(Exit::Usage, fmt::format("--tag '{}': expected KEY=VALUE", t));
+    out[t.substr(0, eq)] = t.substr(eq + 1);
+  }
+  return out;
+}
+
+Json code_revision(const std::string& dir) {
+  const auto top = git(dir, {"rev-parse", "--show-toplevel"});
+  if (!top) return nullptr;
+  Json code{
+      {"repo", first_line(*top)}, {"commit", nullptr}, {"branch", nullptr}, {"dirty", false}, {"diff_xxh3", nullptr}};
+  if (const auto head = git(dir, {"rev-parse", "--verify", "-q", "HEAD"})) code["commit"] = first_line(*head);
+  if (const auto branch = git(dir, {"symbolic-ref", "--short", "-q", "HEAD"})) code["branch"] = first_line(*branch);
+  if (code["commit"].is_string()) {
+    const auto diff = git(dir, {"diff", "HEAD", "--no-ext-diff", "--no-textconv", "--binary"});
+    if (diff && !diff->empty()) {
+      code["dirty"] = true;
+      code["diff_xxh3"] = digest_hex(digest_bytes(*diff));
+    }
+  }
+  return code;
+}
+
+Json system_facts() {
+  Json s{{"host", host_name()},
+         {"kernel", kernel_name()},
+         {"cpu_model", cpu_model()},
+         {"cpus", usable_cpus()},
+         {"memory_bytes", physical_memory_bytes()},
+         {"rkit_version", kVersion},
+         {"rkit_revision", kGitRevision},
+         {"topology_xxh3", nullptr},
+         {"blas", nullptr},
+         {"gpu_driver", nullptr}};
+  try {
+    ProbeOptions p;
+    p.use_nvml = false;  // the GPUs' PCI view is enough to tell machines apart, and fast
+    s["topology_xxh3"] = digest_hex(digest_bytes(probe(p).to_json().dump()));
+  } catch (const Error&) {
+  }
+  using Config = const char* (*)();
+  if (auto* f = reinterpret_cast<Config>(::dlsym(RTLD_DEFAULT, "openblas_get_config"))) s["blas"] = std::string(f());
+  std::string why;
+  if (auto nvml = Nvml::load(why)) s["gpu_driver"] = nvml->driver_version();
+  return s;
+}
+
+Json input_record(const std::string& name, const std::string& path) {
+  const FileDigest d = digest_file(path);
+  return {{"name", name}, {"path", absolute(path)}, {"bytes", d.bytes}, {"xxh3", digest_hex(d.xxh3)}};
+}
+
+Json parent_record(const std::string& kind, const std::string& path) {
+  Json p{{"kind", kind}, {"archive", absolute(path)}, {"archive_xxh3", nullptr}, {"run_id", nullptr}};
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(path, ec)) {
+    rckpt::Archive a = rckpt::Archive::open(path);
+    p["archive_xxh3"] = rckpt::hash_hex(a.manifest().archive_xxh3);
+    const Json& prov = a.manifest().provenance;
+    if (prov.is_object() && prov.contains("run_id")) p["run_id"] = prov["run_id"];
+  }
+  return p;
+}
+
+std::string config_digest(const Json& params) { return digest_hex(digest_bytes(params.dump())); }
+
+runs::NewRun describe_run(const TrainConfig& config) {
+  TrainConfig c = config;
+  if (c.data != "synthetic") c.data = absolute(c.data);
+  c.ckpt_dir = absolute(c.ckpt_dir);
+  runs::NewRun r;
+  r.params = run_options().to_json(c);
+  r.code = code_revision(std::filesystem::current_path().string());
+  r.system = system_facts();
+  if (c.data == "synthetic")
+    r.inputs.push_back({{"name", "data"},
+                        {"path", "synthetic"},
+                        {"bytes", nullptr},
+                        {"xxh3", digest_hex(digest_bytes(fmt::format("synthetic rows={} factors={} noise={} seed={}",
+                                                                     c.rows, c.factors, c.noise, c.seed)))}});
+  else
+    try {
+      r.inputs.push_back(input_record("data", c.data));
+    } catch (const Error&) {  // the loader says what is wrong with the file, as it always has
+      r.inputs.push_back({{"name", "data"}, {"path", c.data}, {"bytes", nullptr}, {"xxh3", nullptr}});
+    }
+  r.job = job_of_environment();
+  return r;
+}
+
+Json job_of_environment() {
+  if (const char* j = std::getenv("RSUB_JOB_ID"); j && *j) return {{"backend", "rsub"}, {"id", j}};
+  if (const char* s = std::getenv("SLURM_JOB_ID"); s && *s) return {{"backend", "slurm"}, {"id", s}};
+  return nullptr;
+}
+
+RunTracker::RunTracker(const TrackOptions& o, runs::NewRun run) {
+  if (!o.enabled) return;
+  const auto t0 = Clock::now();
+  run.experiment = o.experiment.empty() ? "default" : o.experiment;
+  run.name = o.name;
+  run.tags = o.tags_json();
+  store_ = std::make_unique<runs::Store>(runs::store_path(o.project));
+  if (const char* attached = std::getenv("RKIT_RUN_RECORD"); attached && *attached) {
+    id_ = attached;
+    attached_ = true;
+    store_->log(id_, {}, run.params);
+  } else {
+    id_ = store_->create(run, unix_now_s());
+  }
+  provenance_ = {{"run_id", id_}, {"config_xxh3", config_digest(run.params)}, {"inputs", run.inputs}};
+  last_flush_ = Clock::now();
+  setup_s_ = since(t0);
+}
+
+RunTracker::~RunTracker() {
+  if (!store_ || finished_) return;
+  try {
+    finish("FAILED", "rtrain stopped without a summary");
+  } catch (...) {
+  }
+}
+
+Json RunTracker::provenance() const { return store_ ? provenance_ : Json(); }
+
+void RunTracker::record(const Json& event) {
+  if (!store_) return;
+  const auto t0 = Clock::now();
+  const std::string kind = event.value("event", "");
+  if (kind == "step" || kind == "eval") {
+    add_metrics(event, pending_);
+  } else if (kind == "checkpoint") {
+    Json out{{"kind", "checkpoint"},
+             {"path", absolute(event.value("path", ""))},
+             {"step", event.value("step", 0)},
+             {"bytes", event.value("bytes", 0)},
+             {"xxh3", event.value("archive_xxh3", Json())}};
+    store_->add_output(id_, out);
+  } else if ((kind == "resume" || kind == "init") && event.contains("parent")) {
+    store_->set_parent(id_, event["parent"]);
+  } else if (kind == "summary") {
+    summary_ = event;
+    if (event.contains("output"))
+      store_->add_output(id_, {{"kind", "weights"},
+                               {"path", absolute(event["output"].get<std::string>())},
+                               {"step", event.value("steps", 0)},
+                               {"bytes", nullptr},
+                               {"xxh3", event.value("output_xxh3", Json())}});
+  }
+  if (since(last_flush_) >= 1.0) flush();
+  busy_s_ += since(t0);
+}
+
+void RunTracker::flush() {
+  if (!pending_.empty()) store_->log(id_, pending_);
+  pending_.clear();
+  last_flush_ = Clock::now();
+}
+
+void RunTracker::finish(const std::string& status, const std::string& error) {
+  if (!store_ || finished_) return;
+  finished_ = true;
+  const auto t0 = Clock::now();
+  flush();
+  busy_s_ += since(t0);
+  Json summary = summary_.is_null() ? Json::object() : summary_;
+  if (!error.empty()) summary["error"] = error;
+  summary["tracking_s"] = busy_s_;
+  summary["tracking_setup_s"] = setup_s_;
+  if (attached_) {  // the launcher ends the run; the trainer's summary is its to keep
+    store_->set_summary(id_, summary);
+    return;
+  }
+  store_->finish(id_, status, unix_now_s(), summary);
+}
+
+LaunchTracker::LaunchTracker(const TrackOptions& o, runs::NewRun run, std::string metrics_dir)
+    : dir_(std::move(metrics_dir)) {
+  run.experiment = o.experiment.empty() ? "default" : o.experiment;
+  run.name = o.name;
+  run.tags = o.tags_json();
+  store_ = std::make_unique<runs::Store>(runs::store_path(o.project));
+  id_ = store_->create(run, unix_now_s());
+}
+
+void LaunchTracker::read(Source& s, std::vector<runs::Metric>& metrics, Json& params) {
+  constexpr std::size_t kMaxLine = std::size_t{1} << 20;
+  const int fd = ::open(s.path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return;
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = ::pread(fd, buf, sizeof buf, static_cast<off_t>(s.offset));
+    if (n <= 0) break;
+    s.offset += static_cast<std::uint64_t>(n);
+    for (ssize_t i = 0; i < n; ++i) {
+      if (buf[i] != '\n') {
+        if (s.partial.size() <= kMaxLine) s.partial += buf[i];
+        continue;
+      }
+      ++s.line;
+      std::string line = std::exchange(s.partial, {});
+      if (line.size() > kMaxLine || line.empty()) continue;
+      try {
+        const Json rec = parse_json(line, s.path);
+        check_schema(rec, "rkit.metric", 1, s.path);
+        const std::int64_t step = rec.value("step", std::int64_t{0});
+        const double t = rec.value("time_unix_s", unix_now_s());
+        if (const auto m = rec.find("metrics"); m != rec.end() && m->is_object())
+          for (const auto& [k, v] : m->items())
+            if (v.is_number()) metrics.push_back({k, step, v.get<double>(), t});
+        if (const auto p = rec.find("params"); p != rec.end() && p->is_object()) params.update(*p);
+      } catch (const std::exception& e) {
+        if (!std::exchange(s.warned, true))
+          warn("rtrain",
+               fmt::format("{}:{}: not an rkit.metric.v1 record, skipped (and any more): {}", s.path, s.line, e.what()),
+               std::cerr);
+      }
+    }
+  }
+  ::close(fd);
+}
+
+void LaunchTracker::poll(bool force) {
+  if (!force && since(last_) < 1.0) return;
+  last_ = Clock::now();
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir_, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.starts_with("metrics.rank") && name.ends_with(".jsonl")) sources_[name].path = entry.path().string();
+  }
+  std::vector<runs::Metric> metrics;
+  Json params = Json::object();
+  for (auto& [_, s] : sources_) read(s, metrics, params);
+  if (!metrics.empty() || !params.empty()) store_->log(id_, metrics, params);
+}
+
+void LaunchTracker::finish(int exit_code, bool interrupted, const Json& summary) {
+  poll(true);
+  Json s = summary.is_object() ? summary : Json::object();
+  s["exit_code"] = exit_code;
+  store_->finish(id_, exit_code == 0 ? "FINISHED" : interrupted ? "KILLED" : "FAILED", unix_now_s(), s);
+}
+
+}  // namespace rkit::rtrain
