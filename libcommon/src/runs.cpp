@@ -12,6 +12,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
+#include <set>
 
 #include "rkit/config.hpp"
 #include "rkit/error.hpp"
@@ -20,20 +21,26 @@
 namespace rkit::runs {
 namespace {
 
-// 1: runs, metrics, models, model_stages.
+// 1: runs (what a list shows), run_texts (the rest, JSON), latest (each metric's last
+//    value, for filters and columns), metrics, models, model_stages.
 constexpr int kSchemaVersion = 1;
 
+// A run's row is kept narrow, so that listing 100,000 runs reads megabytes, not the
+// hundreds its configurations and systems take.
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS runs(
   id INTEGER PRIMARY KEY AUTOINCREMENT,
   run_id TEXT NOT NULL UNIQUE,
   experiment TEXT NOT NULL, name TEXT NOT NULL DEFAULT '',
   status TEXT NOT NULL, user TEXT NOT NULL, uid INTEGER NOT NULL, host TEXT NOT NULL DEFAULT '', pid INTEGER,
-  start_s REAL NOT NULL, end_s REAL,
-  params TEXT NOT NULL DEFAULT '{}', tags TEXT NOT NULL DEFAULT '{}', system TEXT NOT NULL DEFAULT '{}',
-  code TEXT NOT NULL DEFAULT '{}', inputs TEXT NOT NULL DEFAULT '[]', outputs TEXT NOT NULL DEFAULT '[]',
-  parent TEXT, job TEXT, command TEXT, summary TEXT, final TEXT NOT NULL DEFAULT '{}');
+  start_s REAL NOT NULL, end_s REAL, tags TEXT NOT NULL DEFAULT '{}');
 CREATE INDEX IF NOT EXISTS runs_experiment ON runs(experiment, id);
+CREATE TABLE IF NOT EXISTS run_texts(run INTEGER PRIMARY KEY,
+  params TEXT NOT NULL DEFAULT '{}', system TEXT NOT NULL DEFAULT '{}', code TEXT NOT NULL DEFAULT '{}',
+  inputs TEXT NOT NULL DEFAULT '[]', outputs TEXT NOT NULL DEFAULT '[]',
+  parent TEXT, job TEXT, command TEXT, summary TEXT, final TEXT NOT NULL DEFAULT '{}');
+CREATE TABLE IF NOT EXISTS latest(run INTEGER NOT NULL, key TEXT NOT NULL, last REAL NOT NULL,
+  PRIMARY KEY(run, key)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS metrics(run INTEGER NOT NULL, key TEXT NOT NULL, step INTEGER NOT NULL,
   value REAL NOT NULL, time_s REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS metrics_run ON metrics(run, key, step);
@@ -45,13 +52,15 @@ CREATE TABLE IF NOT EXISTS model_stages(name TEXT NOT NULL, version INTEGER NOT 
 CREATE INDEX IF NOT EXISTS model_stages_version ON model_stages(name, version);
 )sql";
 
+// A whole run: `r` its row of runs, `t` of run_texts (kRunFrom).
 constexpr const char* kRunColumns =
-    "run_id, experiment, name, status, user, uid, host, pid, start_s, end_s, params, tags, system, code, inputs, "
-    "outputs, parent, job, command, summary, final";
-// The same places, without the JSON text (Filter::light).
+    "r.run_id, r.experiment, r.name, r.status, r.user, r.uid, r.host, r.pid, r.start_s, r.end_s, t.params, r.tags, "
+    "t.system, t.code, t.inputs, t.outputs, t.parent, t.job, t.command, t.summary, t.final";
+constexpr const char* kRunFrom = "runs r JOIN run_texts t ON t.run = r.id";
+// The same places from runs alone, the JSON left empty (Filter::light).
 constexpr const char* kLightColumns =
-    "run_id, experiment, name, status, user, uid, host, pid, start_s, end_s, '{}', '{}', '{}', '{}', '[]', '[]', "
-    "NULL, NULL, NULL, NULL, '{}'";
+    "r.run_id, r.experiment, r.name, r.status, r.user, r.uid, r.host, r.pid, r.start_s, r.end_s, '{}', r.tags, '{}', "
+    "'{}', '[]', '[]', NULL, NULL, NULL, NULL, '{}'";
 
 Run read_run(sql::Stmt& s) {
   Run r;
@@ -241,8 +250,8 @@ std::string Store::create(const NewRun& run, double now) {
       if (!taken.bind(id).step()) break;
     }
     db_.stmt(
-           "INSERT INTO runs(run_id, experiment, name, status, user, uid, host, pid, start_s, params, tags, system, "
-           "code, inputs, parent, job, command) VALUES (?, ?, ?, 'RUNNING', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+           "INSERT INTO runs(run_id, experiment, name, status, user, uid, host, pid, start_s, tags) "
+           "VALUES (?, ?, ?, 'RUNNING', ?, ?, ?, ?, ?, ?)")
         .bind(id)
         .bind(run.experiment)
         .bind(run.name)
@@ -251,8 +260,13 @@ std::string Store::create(const NewRun& run, double now) {
         .bind(host_name())
         .bind(std::int64_t{::getpid()})
         .bind(now)
-        .bind(run.params.dump())
         .bind(run.tags.dump())
+        .run();
+    db_.stmt(
+           "INSERT INTO run_texts(run, params, system, code, inputs, parent, job, command) "
+           "VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
+        .bind(db_.last_rowid())
+        .bind(run.params.dump())
         .bind(run.system.dump())
         .bind(run.code.dump())
         .bind(run.inputs.dump())
@@ -264,6 +278,40 @@ std::string Store::create(const NewRun& run, double now) {
   return id;
 }
 
+void Store::attach(const std::string& id, const NewRun& run) {
+  db_.transaction([&] {
+    sql::Stmt& r = db_.stmt(
+        "SELECT r.id, t.params, t.inputs, t.code, t.system, t.job FROM runs r JOIN run_texts t ON t.run = r.id "
+        "WHERE r.run_id = ?");
+    std::int64_t row = 0;
+    Json params, inputs, code, system, job;
+    {
+      sql::Stmt::Finish done{r};
+      if (!r.bind(id).step()) throw Error(Exit::NoInput, fmt::format("run store {}: no run {}", path(), id));
+      row = r.i64(0);
+      params = parse_json(r.view(1), "run store");
+      inputs = parse_json(r.view(2), "run store");
+      code = parse_json(r.view(3), "run store");
+      system = parse_json(r.view(4), "run store");
+      job = r.null(5) ? Json() : parse_json(r.view(5), "run store");
+    }
+    params.update(run.params);
+    for (const Json& in : run.inputs)
+      if (std::find(inputs.begin(), inputs.end(), in) == inputs.end()) inputs.push_back(in);
+    if (code.empty() || code.is_null()) code = run.code;
+    if (system.empty()) system = run.system;
+    if (job.is_null()) job = run.job;
+    db_.stmt("UPDATE run_texts SET params = ?, inputs = ?, code = ?, system = ?, job = ? WHERE run = ?")
+        .bind(params.dump())
+        .bind(inputs.dump())
+        .bind(code.dump())
+        .bind(system.dump())
+        .bind(job.is_null() ? std::optional<std::string>() : job.dump())
+        .bind(row)
+        .run();
+  });
+}
+
 std::int64_t Store::row_of(const std::string& id) {
   sql::Stmt& s = db_.stmt("SELECT id FROM runs WHERE run_id = ?");
   sql::Stmt::Finish done{s};
@@ -273,7 +321,8 @@ std::int64_t Store::row_of(const std::string& id) {
 
 void Store::log(const std::string& id, const std::vector<Metric>& metrics, const Json& params) {
   db_.transaction([&] {
-    sql::Stmt& r = db_.stmt("SELECT id, final, params FROM runs WHERE run_id = ?");
+    sql::Stmt& r =
+        db_.stmt("SELECT r.id, t.final, t.params FROM runs r JOIN run_texts t ON t.run = r.id WHERE r.run_id = ?");
     std::int64_t row = 0;
     Json final, have_params;
     {
@@ -284,9 +333,11 @@ void Store::log(const std::string& id, const std::vector<Metric>& metrics, const
       if (params.is_object() && !params.empty()) have_params = parse_json(r.view(2), "run store");
     }
     sql::Stmt& ins = db_.stmt("INSERT INTO metrics(run, key, step, value, time_s) VALUES (?, ?, ?, ?, ?)");
+    std::set<std::string> changed;
     for (const Metric& m : metrics) {
       if (!std::isfinite(m.value) || !valid_key(m.key)) continue;  // NaN is no measurement
       ins.reset().bind(row).bind(m.key).bind(m.step).bind(m.value).bind(m.time_s).run();
+      changed.insert(m.key);
       Json& e = final[m.key];
       if (e.is_null()) {
         e = {{"last", m.value}, {"step", m.step}, {"min", m.value}, {"max", m.value}};
@@ -301,14 +352,18 @@ void Store::log(const std::string& id, const std::vector<Metric>& metrics, const
     }
     if (have_params.is_object()) {
       have_params.update(params);
-      db_.stmt("UPDATE runs SET final = ?, params = ? WHERE id = ?")
+      db_.stmt("UPDATE run_texts SET final = ?, params = ? WHERE run = ?")
           .bind(final.dump())
           .bind(have_params.dump())
           .bind(row)
           .run();
     } else {
-      db_.stmt("UPDATE runs SET final = ? WHERE id = ?").bind(final.dump()).bind(row).run();
+      db_.stmt("UPDATE run_texts SET final = ? WHERE run = ?").bind(final.dump()).bind(row).run();
     }
+    sql::Stmt& last = db_.stmt(
+        "INSERT INTO latest(run, key, last) VALUES (?, ?, ?) ON CONFLICT(run, key) DO UPDATE SET last = excluded.last");
+    for (const std::string& key : changed)
+      last.reset().bind(row).bind(key).bind(final[key]["last"].get<double>()).run();
   });
 }
 
@@ -328,7 +383,8 @@ void Store::edit_json(const std::string& id, const char* select_sql, const char*
 }
 
 void Store::add_output(const std::string& id, const Json& output) {
-  edit_json(id, "SELECT outputs FROM runs WHERE run_id = ?", "UPDATE runs SET outputs = ? WHERE run_id = ?",
+  edit_json(id, "SELECT t.outputs FROM runs r JOIN run_texts t ON t.run = r.id WHERE r.run_id = ?",
+            "UPDATE run_texts SET outputs = ? WHERE run = (SELECT id FROM runs WHERE run_id = ?)",
             [&](Json& outputs) { outputs.push_back(output); });
 }
 
@@ -345,30 +401,32 @@ void Store::set_column(const std::string& id, const char* column, const Json& va
   const std::optional<std::string> text = value.is_null() ? std::nullopt : std::optional<std::string>(value.dump());
   db_.transaction([&] {
     if (std::string_view(column) == "parent")
-      db_.stmt("UPDATE runs SET parent = ? WHERE run_id = ?").bind(text).bind(id).run();
+      db_.stmt("UPDATE run_texts SET parent = ? WHERE run = (SELECT id FROM runs WHERE run_id = ?)")
+          .bind(text)
+          .bind(id)
+          .run();
     else
-      db_.stmt("UPDATE runs SET summary = ? WHERE run_id = ?").bind(text).bind(id).run();
+      db_.stmt("UPDATE run_texts SET summary = ? WHERE run = (SELECT id FROM runs WHERE run_id = ?)")
+          .bind(text)
+          .bind(id)
+          .run();
     if (db_.changes() == 0) throw Error(Exit::NoInput, fmt::format("run store {}: no run {}", path(), id));
   });
 }
 
 void Store::finish(const std::string& id, const std::string& status, double now, const Json& summary) {
   db_.transaction([&] {
-    db_.stmt("UPDATE runs SET status = ?, end_s = ?, summary = ? WHERE run_id = ?")
-        .bind(status)
-        .bind(now)
-        .bind(summary.is_null() ? std::optional<std::string>() : summary.dump())
-        .bind(id)
-        .run();
+    db_.stmt("UPDATE runs SET status = ?, end_s = ? WHERE run_id = ?").bind(status).bind(now).bind(id).run();
     if (db_.changes() == 0) throw Error(Exit::NoInput, fmt::format("run store {}: no run {}", path(), id));
+    set_column(id, "summary", summary);
   });
 }
 
 std::optional<Run> Store::find(const std::string& prefix) {
   if (prefix.size() < 4 || prefix.size() > 12 || prefix.find_first_not_of("0123456789abcdef") != std::string::npos)
     throw Error(Exit::Usage, fmt::format("run id '{}': expected 4 to 12 hex digits of a run's id", prefix));
-  static const std::string sql =
-      fmt::format("SELECT {} FROM runs WHERE run_id >= ? AND run_id < ? ORDER BY run_id LIMIT 2", kRunColumns);
+  static const std::string sql = fmt::format(
+      "SELECT {} FROM {} WHERE r.run_id >= ? AND r.run_id < ? ORDER BY r.run_id LIMIT 2", kRunColumns, kRunFrom);
   sql::Stmt& s = db_.stmt(sql.c_str());
   sql::Stmt::Finish done{s};
   s.bind(prefix).bind(prefix + "g");  // 'g' sorts after every hex digit
@@ -384,44 +442,51 @@ void Store::each(const Filter& f, const std::function<void(const Run&)>& fn) {
   std::string where = "1";
   std::vector<std::function<void(sql::Stmt&)>> binds;
   if (f.experiment) {
-    where += " AND experiment = ?";
+    where += " AND r.experiment = ?";
     binds.emplace_back([&](sql::Stmt& s) { s.bind(*f.experiment); });
   }
   const bool live = f.status && (*f.status == "LOST" || *f.status == "RUNNING");
   if (f.status) {
-    where += " AND status = ?";
+    where += " AND r.status = ?";
     binds.emplace_back([&, live](sql::Stmt& s) { s.bind(live ? std::string("RUNNING") : *f.status); });
   }
   for (const auto& [k, v] : f.tags) {
     if (!valid_key(k)) throw Error(Exit::Usage, fmt::format("--tag '{}': names are letters, digits and _ . - / :", k));
-    where += " AND json_extract(tags, ?) = ?";
+    where += " AND json_extract(r.tags, ?) = ?";
     binds.emplace_back([&](sql::Stmt& s) { s.bind(json_path(k)).bind(v); });
   }
-  auto add = [&](const Condition& c, const char* column, std::string_view suffix) {
-    where += fmt::format(" AND json_extract({}, ?) {} ?", column, c.op);
-    binds.emplace_back([&c, suffix](sql::Stmt& s) {
-      s.bind(json_path(c.key, suffix));
+  // A parameter from the run's texts; a metric's last value from latest. Keys are checked
+  // (valid_key: no quote), so they may stand in the SQL as literals.
+  const auto param_of = [](const std::string& key) {
+    return fmt::format("json_extract((SELECT params FROM run_texts WHERE run = r.id), '{}')", json_path(key));
+  };
+  const auto metric_of = [](const std::string& key) {
+    return fmt::format("(SELECT last FROM latest WHERE run = r.id AND key = '{}')", key);
+  };
+  auto add = [&](const Condition& c, bool param) {
+    where += fmt::format(" AND {} {} ?", param ? param_of(c.key) : metric_of(c.key), c.op);
+    binds.emplace_back([&c](sql::Stmt& s) {
       if (c.value.is_number())
         s.bind(c.value.get<double>());
       else
         s.bind(c.value.get<std::string>());
     });
   };
-  for (const Condition& c : f.params) add(c, "params", "");
-  for (const Condition& c : f.metrics) add(c, "final", ".last");
+  for (const Condition& c : f.params) add(c, true);
+  for (const Condition& c : f.metrics) add(c, false);
   // The columns: all of them, or for a light read the run's own and nothing of its JSON;
-  // then each picked value, extracted by SQLite.
+  // then each picked value, by SQLite.
   std::string columns = f.light ? kLightColumns : kRunColumns;
   for (const auto& [from, key] : f.pick) {
     if (!valid_key(key) || (from != "params" && from != "metrics"))
       throw Error(Exit::Usage, fmt::format("'{}': names are letters, digits and _ . - / :", key));
-    columns += from == "params" ? fmt::format(", json_extract(params, '{}')", json_path(key))
-                                : fmt::format(", json_extract(final, '{}')", json_path(key, ".last"));
+    columns += ", " + (from == "params" ? param_of(key) : metric_of(key));
   }
-  std::string sql = fmt::format("SELECT {} FROM runs WHERE {} ORDER BY id", columns, where);
+  const std::string joined = f.light ? "" : " JOIN run_texts t ON t.run = r.id";
+  std::string sql = fmt::format("SELECT {} FROM runs r{} WHERE {} ORDER BY r.id", columns, joined, where);
   if (f.limit > 0)
-    sql = fmt::format("SELECT {} FROM (SELECT * FROM runs WHERE {} ORDER BY id DESC LIMIT {}) ORDER BY id", columns,
-                      where, f.limit);
+    sql = fmt::format("SELECT {} FROM (SELECT * FROM runs r WHERE {} ORDER BY r.id DESC LIMIT {}) r{} ORDER BY r.id",
+                      columns, where, f.limit, joined);
   std::unique_ptr<sql::Stmt> s = db_.prepare(sql);
   for (auto& b : binds) b(*s);
   Run r;
@@ -440,6 +505,16 @@ void Store::each(const Filter& f, const std::function<void(const Run&)>& fn) {
     if (live && r.live_status() != *f.status) continue;
     fn(r);
   }
+}
+
+std::unordered_map<std::string, std::string> Store::job_experiments() {
+  std::unordered_map<std::string, std::string> out;
+  sql::Stmt& s = db_.stmt(
+      "SELECT json_extract(t.job, '$.id'), r.experiment FROM runs r JOIN run_texts t ON t.run = r.id "
+      "WHERE t.job IS NOT NULL");
+  while (s.step())
+    if (s.type(0) == SQLITE_TEXT) out[s.text(0)] = s.text(1);
+  return out;
 }
 
 std::vector<Metric> Store::metrics(const std::string& id, const std::vector<std::string>& keys) {

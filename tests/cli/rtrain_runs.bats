@@ -11,6 +11,10 @@ setup() {
   cd "$BATS_TEST_TMPDIR"
 }
 
+teardown() {
+  stop_rsub  # the test that submits rsub jobs
+}
+
 small=(--layers 8,16,1 --rows 4000 --batch-size 64 --threads 1 --log-every 10)
 
 # The id of the newest run in the store.
@@ -209,6 +213,18 @@ EOF
   assert_equal "$(rtrain runs ls --json | wc -l)" "$before"
 }
 
+@test "rtrain launch --track of rtrain run: one record holds the launch and the trainer's configuration, data, metrics" {
+  make_csv train.csv 2000 5
+  run -0 rtrain launch --track --experiment launched --nproc-per-node 2 -- \
+    rtrain run "${small[@]}" --data train.csv --steps 40 -q
+  id=$(last_run)
+  rtrain runs ls --json | jq -e -s 'map(select(.experiment == "launched")) | length == 1'
+  rtrain runs show "$id" --json | jq -e '.status == "FINISHED" and .params["launch.nproc_per_node"] == 2
+    and .params["train.steps"] == 40 and .inputs[0].name == "data" and (.inputs[0].xxh3 | length) == 16
+    and .metrics.loss.step == 40 and .summary.world_size == 2 and .summary.exit_code == 0
+    and (.summary.weights_xxh3 | length) == 16'
+}
+
 @test "a worker's garbage line is skipped with one warning; its good records still arrive; a failed launch is FAILED" {
   run -1 --separate-stderr rtrain launch --track -- sh -c \
     'printf "%s\n" "{\"schema\":\"rkit.metric.v1\",\"step\":1,\"metrics\":{\"m\":1}}" "not json" "{\"schema\":\"rkit.metric.v1\",\"step\":2,\"metrics\":{\"m\":2}}" >>"$RKIT_METRICS_FILE"; exit 1'
@@ -233,6 +249,24 @@ EOF
     [[ $(rtrain runs metrics "$id" --key loss --json | wc -l) == 20 ]]
   done
   [[ $(sqlite3 "$RKIT_STATE_DIR/runs/runs.db" 'PRAGMA integrity_check') == ok ]]
+}
+
+@test "rcost reports cost by experiment: each rsub job's run from the run store" {
+  rsub_sandbox
+  ids=()
+  for e in alpha alpha beta; do ids+=("$(rsub -n "t-$e" -- rtrain run "${small[@]}" --steps 20 -q --experiment "$e")"); done
+  ids+=("$(rsub -n plain -- true)")
+  rsub wait "${ids[@]}" >/dev/null
+  rsub ls --all --json >jobs.jsonl
+  rtrain runs ls --json | jq -e -s --arg a "${ids[0]}" 'map(select(.job.backend == "rsub")) | length == 3
+    and (map(.job.id) | index($a)) != null'
+  run -0 rcost --prices "$RKIT_ROOT/examples/prices.toml" report --by experiment --json jobs.jsonl
+  jq -e -s 'map(select(.schema == "rkit.cost.v1")) | map({key: .experiment, value: .jobs}) | from_entries
+    | .alpha == 2 and .beta == 1 and .[""] == 1' <<<"$output"
+  # Without a run store, the report says so once and every job has no experiment.
+  run -0 --separate-stderr rcost --prices "$RKIT_ROOT/examples/prices.toml" report --by experiment --project nowhere \
+    --json jobs.jsonl
+  assert_equal "$stderr" "rcost: warning: no run store at nowhere/runs.db: no job has an experiment"
 }
 
 @test "bad ids, filters and stores: one line and the documented code" {

@@ -65,7 +65,9 @@ void insert_run(const std::string& path, const std::string& id) {
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
   const std::string sql = fmt::format(
-      "INSERT INTO runs(run_id, experiment, status, user, uid, start_s) VALUES ('{}', 'x', 'FINISHED', 'u', 1, 0)", id);
+      "INSERT INTO runs(run_id, experiment, status, user, uid, start_s) VALUES ('{}', 'x', 'FINISHED', 'u', 1, 0); "
+      "INSERT INTO run_texts(run) VALUES (last_insert_rowid())",
+      id);
   EXPECT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK);
   sqlite3_close(db);
 }

@@ -28,7 +28,7 @@
 
 namespace rkit::rcost::detail {
 
-constexpr std::size_t kMaxKeys = 10;
+constexpr std::size_t kMaxKeys = 11;
 constexpr double kGiB = 1ull << 30;
 
 // Calendar periods: day or month buckets (UTC), or one bucket for the whole window.
@@ -108,6 +108,7 @@ inline std::uint32_t attribute(const Job& j, Key k) {
     case Key::Project: return j.project;
     case Key::Workflow: return j.workflow;
     case Key::Rule: return j.rule;
+    case Key::Experiment: return j.experiment;
     case Key::GpuType: return j.gpu_type;
     case Key::Backend: return j.backend;
     case Key::Node: return j.node;

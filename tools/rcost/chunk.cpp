@@ -251,7 +251,7 @@ class ChunkParser {
         case JobField::Id: {
           std::string_view s;
           if (v.get_string().get(s)) return fail("\"id\" must be a string");
-          if (opt_.ids) id = s;
+          if (opt_.ids || opt_.experiments) id = s;
           seen |= kId;
           break;
         }
@@ -340,9 +340,17 @@ class ChunkParser {
       d.units.resize(units_mark);
       return false;
     }
+    experiment_of(j, id);
     d.jobs.push_back(j);
     if (opt_.ids) d.ids.emplace_back(id);
     return true;
+  }
+
+  // The experiment of the run job `id` was, when the report is by experiment.
+  void experiment_of(Job& j, std::string_view id) {
+    if (!opt_.experiments) return;
+    const auto it = opt_.experiments->find(std::string(id));
+    if (it != opt_.experiments->end()) j.experiment = out_->data.strings.id(it->second);
   }
 
   // alloc: [{"task":0,"cores":[..],"pus":[..],"gpus":[..],"memory_bytes":0}, ...]
@@ -527,6 +535,7 @@ class ChunkParser {
     j.memory_bytes = tres.memory_bytes;
     j.gpu_type = d.strings.id(tres.gpu_type);
     if (!check_job(j)) return false;
+    experiment_of(j, job_id);
     d.jobs.push_back(j);
     if (opt_.ids) d.ids.emplace_back(job_id);
     return true;

@@ -1,5 +1,6 @@
 // rcost: who used what, what it cost, and what sat idle.
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include "rkit/cli.hpp"
 #include "rkit/cpus.hpp"
 #include "rkit/prices.hpp"
+#include "rkit/runs.hpp"
 
 namespace {
 
@@ -96,17 +98,21 @@ int main(int argc, char** argv) {
   report_cmd->add_option("files", files, "rkit.job.v1 and rkit.sample.v1 records, or sacct -P text (- for stdin)")
       ->type_name("FILE");
   report_cmd
-      ->add_option(
-          "--by", by,
-          "Group by these keys, comma-separated: tenant, user, project, workflow, rule, gpu_type, backend, node, "
-          "partition, "
-          "state, job, day, month (default tenant)")
+      ->add_option("--by", by,
+                   "Group by these keys, comma-separated: tenant, user, project, workflow, rule, experiment, gpu_type, "
+                   "backend, node, partition, state, job, day, month (default tenant)")
       ->type_name("KEYS");
   report_cmd
       ->add_option("--since", since,
                    "Start of the window: 2026-11-01, 2026-11-01T08:00Z, @UNIX_SECONDS, today, or 7d ago (default: the "
                    "first record)")
       ->type_name("TIME");
+  std::string project;
+  report_cmd
+      ->add_option("--project", project,
+                   "--by experiment: the run store of this project folder (default $RKIT_PROJECT_DIR, else the state "
+                   "directory's)")
+      ->type_name("DIR");
   report_cmd->add_option("--until", until, "End of the window, same forms (default now); running jobs count up to it")
       ->type_name("TIME");
   report_cmd
@@ -192,6 +198,17 @@ int main(int argc, char** argv) {
       rd.projects = keyed(Key::Project);
       rd.workflows = keyed(Key::Workflow) || keyed(Key::Rule);
       rd.states = keyed(Key::State);
+      // By experiment: which run each job was, from the run store (not made when missing).
+      std::unordered_map<std::string, std::string> experiments;
+      if (std::find(ro.keys.begin(), ro.keys.end(), Key::Experiment) != ro.keys.end()) {
+        const std::string store = runs::store_path(project);
+        struct stat st {};
+        if (::stat(store.c_str(), &st) == 0)
+          experiments = runs::Store(store).job_experiments();
+        else
+          warn("rcost", fmt::format("no run store at {}: no job has an experiment", store), std::cerr);
+        rd.experiments = &experiments;
+      }
       OutputFormat fmt = common.json ? OutputFormat::Json : common.csv ? OutputFormat::Csv : OutputFormat::Table;
       if (format == "json")
         fmt = OutputFormat::Json;

@@ -22,6 +22,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -52,6 +53,7 @@ class Strings {
 struct Job {
   std::uint32_t tenant = 0, user = 0, project = 0, gpu_type = 0, backend = 0, node = 0, partition = 0, state = 0;
   std::uint32_t workflow = 0, rule = 0;  // the workflow a job is a step of, and its rule (0: none)
+  std::uint32_t experiment = 0;          // the experiment of the run it was (ReadOptions::experiments; 0: none)
   double submit = kNone, eligible = kNone, start = kNone, end = kNone;
   double cpus = 0, gpus = 0, memory_bytes = 0;
   double cpu_used_s = kNone;  // CPU seconds its cgroup measured (rkit.job.v1 cpu_used_s), when known
@@ -128,6 +130,9 @@ struct ReadOptions {
   // What to keep of each job beyond what pricing and samples need (tenant, backend, GPU
   // type, host): a report keeps what its keys and format show; the rest is checked only.
   bool ids = true, users = true, projects = true, states = true, workflows = true;
+  // Job id ("12", "slurm:1234", or sacct's "1234") → the experiment of the run it was,
+  // from the run store (rtrain(1), RUN RECORDS); none: no experiments.
+  const std::unordered_map<std::string, std::string>* experiments = nullptr;
 };
 
 namespace detail {

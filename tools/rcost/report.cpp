@@ -22,11 +22,13 @@ namespace rkit::rcost {
 
 namespace {
 
-constexpr std::pair<Key, const char*> kKeyNames[] = {
-    {Key::Tenant, "tenant"},       {Key::User, "user"},        {Key::Project, "project"}, {Key::Workflow, "workflow"},
-    {Key::Rule, "rule"},           {Key::GpuType, "gpu_type"}, {Key::Backend, "backend"}, {Key::Node, "node"},
-    {Key::Partition, "partition"}, {Key::State, "state"},      {Key::Job, "job"},         {Key::Day, "day"},
-    {Key::Month, "month"}};
+constexpr std::pair<Key, const char*> kKeyNames[] = {{Key::Tenant, "tenant"},    {Key::User, "user"},
+                                                     {Key::Project, "project"},  {Key::Workflow, "workflow"},
+                                                     {Key::Rule, "rule"},        {Key::Experiment, "experiment"},
+                                                     {Key::GpuType, "gpu_type"}, {Key::Backend, "backend"},
+                                                     {Key::Node, "node"},        {Key::Partition, "partition"},
+                                                     {Key::State, "state"},      {Key::Job, "job"},
+                                                     {Key::Day, "day"},          {Key::Month, "month"}};
 
 }  // namespace
 

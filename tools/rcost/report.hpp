@@ -31,7 +31,22 @@
 
 namespace rkit::rcost {
 
-enum class Key { Tenant, User, Project, Workflow, Rule, GpuType, Backend, Node, Partition, State, Job, Day, Month };
+enum class Key {
+  Tenant,
+  User,
+  Project,
+  Workflow,
+  Rule,
+  Experiment,
+  GpuType,
+  Backend,
+  Node,
+  Partition,
+  State,
+  Job,
+  Day,
+  Month
+};
 enum class ShareIdle { Weighted, Even, None };
 
 // "tenant,day" → keys; Error(Usage) naming an unknown key, a repeat, or day with month.

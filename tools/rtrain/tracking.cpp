@@ -213,7 +213,7 @@ RunTracker::RunTracker(const TrackOptions& o, runs::NewRun run) {
   if (const char* attached = std::getenv("RKIT_RUN_RECORD"); attached && *attached) {
     id_ = attached;
     attached_ = true;
-    store_->log(id_, {}, run.params);
+    store_->attach(id_, run);
   } else {
     id_ = store_->create(run, unix_now_s());
   }
@@ -345,7 +345,11 @@ void LaunchTracker::poll(bool force) {
 
 void LaunchTracker::finish(int exit_code, bool interrupted, const Json& summary) {
   poll(true);
-  Json s = summary.is_object() ? summary : Json::object();
+  // The trainer's summary (an rtrain run worker's), with the launch's own over it.
+  Json s = Json::object();
+  if (const std::optional<runs::Run> r = store_->find(id_); r && r->summary != "null")
+    s = parse_json(r->summary, "run store");
+  if (summary.is_object()) s.update(summary);
   s["exit_code"] = exit_code;
   store_->finish(id_, exit_code == 0 ? "FINISHED" : interrupted ? "KILLED" : "FAILED", unix_now_s(), s);
 }

@@ -28,6 +28,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -138,6 +139,10 @@ class Store {
   // A new RUNNING run of this process's user, pid and host; returns its id (12 random
   // hex digits).
   std::string create(const NewRun& run, double now);
+  // Adds a process's description to a run another made (a trainer under `rtrain launch
+  // --track`): its params merged in, its inputs added, its code, system and job where the
+  // run has none. Error(NoInput) for an unknown run.
+  void attach(const std::string& id, const NewRun& run);
   // Appends metrics (and merges `params`, an object, into the run's), in one
   // transaction. Error(NoInput) for an unknown run.
   void log(const std::string& id, const std::vector<Metric>& metrics, const Json& params = Json());
@@ -156,6 +161,9 @@ class Store {
   std::optional<Run> find(const std::string& prefix);
   // Runs that pass `filter`, oldest first.
   void each(const Filter& filter, const std::function<void(const Run&)>& fn);
+  // The experiment of each scheduler job a run was ("12", "slurm:1234": the job's id as
+  // its record gives it), for a cost report by experiment.
+  std::unordered_map<std::string, std::string> job_experiments();
   // The run's metrics, by key then step; only `keys` when given.
   std::vector<Metric> metrics(const std::string& id, const std::vector<std::string>& keys = {});
 
