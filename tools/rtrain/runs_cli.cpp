@@ -363,8 +363,9 @@ int RunsCli::reproduce(const CommonOptions& o) {
     if (path.empty() || path == "synthetic") continue;
     const FileDigest d = digest_file(path);
     if (digest_hex(d.xxh3) != in.value("xxh3", "") || d.bytes != in.value("bytes", std::uint64_t{0}))
-      throw Error(Exit::DataErr, fmt::format("{} {} changed since run {}: xxh3 {}, then {}", in.value("name", "input"),
-                                             path, r.id, digest_hex(d.xxh3), in.value("xxh3", "?")));
+      throw Error(Exit::DataErr,
+                  fmt::format("{} {} changed since run {}: xxh3 {} now, {} when it ran", in.value("name", "input"),
+                              path, r.id, digest_hex(d.xxh3), in.value("xxh3", "?")));
   }
   TrainConfig c;
   run_options().apply_json(j.at("params"), c, fmt::format("run {}", r.id));
