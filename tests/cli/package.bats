@@ -37,7 +37,8 @@ deb_files() { dpkg-deb -c "$1" | awk '$1 !~ /^d/ {sub(/^\./, "", $6); print $6}'
     /usr/share/doc/rkit/examples/prices.toml /usr/share/doc/rkit/examples/train.toml /usr/share/doc/rkit/examples/jobs/train.toml \
     /usr/share/doc/rkit/examples/pipeline/Snakefile /usr/share/doc/rkit/examples/pipeline/pipeline.py \
     /usr/share/rkit/snakemake/rkit/config.yaml /usr/share/rkit/snakemake/rkit/rsub-smk-job.py \
-    /usr/share/rkit/snakemake/rkit/rsub-smk-status /usr/share/rkit/snakemake/rkit/rsub-smk-sidecar; do
+    /usr/share/rkit/snakemake/rkit/rsub-smk-status /usr/share/rkit/snakemake/rkit/rsub-smk-sidecar \
+    /usr/share/rkit/python/rkit_track.py; do
     grep -qxF "$f" <<<"$files" || { echo "missing from the .deb: $f"; return 1; }
   done
   # Nothing of the build or the tests leaks in.
