@@ -30,7 +30,8 @@ def _file():
         _checked = True
         path = os.environ.get("RKIT_METRICS_FILE")
         if path:
-            _fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            # Not through a link someone planted in a shared --log-dir.
+            _fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
     return _fd
 
 

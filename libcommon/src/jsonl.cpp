@@ -142,4 +142,10 @@ std::string bytes_of(const Json& value, std::string_view what) {
   return out;
 }
 
+std::string json_text(const Json& record, std::string_view key, std::string_view fallback) {
+  if (record.is_object())
+    if (const auto it = record.find(key); it != record.end() && it->is_string()) return it->get<std::string>();
+  return std::string(fallback);
+}
+
 }  // namespace rkit

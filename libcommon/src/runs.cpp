@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -127,6 +128,15 @@ void check_tags(const Json& tags) {
   }
 }
 
+// `path` when a file is there; Error(NoInput) otherwise (a reader must not make a store).
+const std::string& existing(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) return path;
+  if (errno != ENOENT && errno != ENOTDIR) throw system_error("open " + path, errno);  // 77 when not ours to read
+  throw Error(Exit::NoInput, fmt::format("no run store at {}", path),
+              "rtrain run records its runs there; --project DIR or $RKIT_PROJECT_DIR names another");
+}
+
 }  // namespace
 
 std::string store_path(const std::string& project) {
@@ -229,8 +239,8 @@ Json ModelVersion::to_json() const {
           {"history", std::move(h)}};
 }
 
-Store::Store(const std::string& path)
-    : db_(path, "run store", kSchemaVersion, [](sql::Db& db, int) { db.exec(kSchema); }),
+Store::Store(const std::string& path, bool create)
+    : db_(create ? path : existing(path), "run store", kSchemaVersion, [](sql::Db& db, int) { db.exec(kSchema); }),
       user_(user_name(::getuid())),
       uid_(::getuid()) {}
 

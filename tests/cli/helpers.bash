@@ -11,7 +11,8 @@ export PATH RKIT_ROOT FIXTURES RKIT_BUILD_DIR
 # The tools must not read the configuration of whoever runs the tests, nor write their
 # state (rsub's jobs, rtrain's run records) where theirs is.
 export RKIT_CONFIG=$FIXTURES/empty.toml XDG_CONFIG_HOME=$FIXTURES/no-such-dir
-export RKIT_STATE_DIR=${BATS_TEST_TMPDIR:-$BATS_FILE_TMPDIR}/state
+# A file's setup_file may have chosen one for all its tests (a daemon it started uses it).
+export RKIT_STATE_DIR=${RKIT_STATE_DIR:-${BATS_TEST_TMPDIR:-$BATS_FILE_TMPDIR}/state}
 unset RKIT_PROJECT_DIR RKIT_EXPERIMENT RKIT_TRACK RKIT_RUN_RECORD RKIT_METRICS_FILE
 
 # Asserts that stderr (captured by `run --separate-stderr`) is exactly one line.

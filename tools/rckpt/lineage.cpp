@@ -19,11 +19,6 @@ bool exists(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0;
 }
 
-std::string text_of(const Json& j, const char* key) {
-  const auto it = j.find(key);
-  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
-}
-
 // The record of one archive of the walk, from its manifest's provenance.
 Json record_of(int depth, const std::string& path, const Manifest& m) {
   const Json& p = m.provenance;
@@ -40,7 +35,7 @@ Json record_of(int depth, const std::string& path, const Manifest& m) {
   if (!p.is_object()) return r;
   for (const char* key : {"run_id", "step", "config_xxh3", "inputs"})
     if (const auto it = p.find(key); it != p.end()) r[key] = *it;
-  if (const auto it = p.find("parent"); it != p.end() && it->is_object()) r["parent_kind"] = it->value("kind", "");
+  if (const auto it = p.find("parent"); it != p.end() && it->is_object()) r["parent_kind"] = json_text(*it, "kind");
   return r;
 }
 
@@ -69,7 +64,7 @@ Lineage lineage(const std::string& archive) {
       out.broken = "more than 1000 links";
       return out;
     }
-    const std::string want = text_of(*parent, "archive"), want_xxh3 = text_of(*parent, "archive_xxh3");
+    const std::string want = json_text(*parent, "archive"), want_xxh3 = json_text(*parent, "archive_xxh3");
     std::string next = want;
     if (!next.empty() && !exists(next)) {  // moved with its child?
       const std::string beside = parent_dir(path) + "/" + base_name(want);
@@ -85,6 +80,13 @@ Lineage lineage(const std::string& archive) {
                  {"config_xxh3", nullptr},
                  {"inputs", Json::array()},
                  {"parent_kind", nullptr}};
+    struct stat st {};
+    if (!next.empty() && ::stat(next.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {  // a step-N/ folder: no manifest
+      missing["status"] = "folder";
+      missing["archive"] = next;
+      out.records.push_back(missing);
+      return out;
+    }
     if (next.empty() || !exists(next)) {
       out.records.push_back(missing);
       out.broken = fmt::format("{}'s parent {} is missing", path, want.empty() ? "(unnamed)" : want);
@@ -113,7 +115,10 @@ Lineage lineage(const std::string& archive) {
 }
 
 Json read_provenance(const std::string& path) {
-  Json p = parse_json(read_file(path, std::uint64_t{1} << 20), path);
+  struct stat st {};
+  if (path != "-" && ::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+    throw Error(Exit::DataErr, fmt::format("--provenance {}: not a regular file", path));
+  Json p = parse_json(read_file(path, std::uint64_t{1} << 20), input_name(path));
   if (!p.is_object()) throw Error(Exit::DataErr, fmt::format("--provenance {}: expected a JSON object", path));
   return p;
 }

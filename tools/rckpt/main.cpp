@@ -184,7 +184,7 @@ int main(int argc, char** argv) {
       std::optional<std::string> registered;
       if (!model_ref.empty()) {
         const ModelRef ref = parse_model_ref(model_ref);
-        runs::Store store(runs::store_path(project));
+        runs::Store store(runs::store_path(project), /*create=*/false);
         const runs::ModelVersion v = find_model(store, ref);
         archive = v.archive;
         registered = v.archive_xxh3;

@@ -65,7 +65,7 @@ int model_register_main(const ModelCommand& m, Format format, std::ostream& out)
   Archive a = Archive::open(m.archive);
   a.open_bases();  // an incremental archive needs its bases: registering one without them is a mistake
   const Json& p = a.manifest().provenance;
-  const std::string run_id = p.is_object() ? p.value("run_id", "") : "";
+  const std::string run_id = p.is_object() ? json_text(p, "run_id") : "";
   runs::Store store(runs::store_path(m.project));
   const runs::ModelVersion v = store.register_model(m.name, std::filesystem::absolute(m.archive).lexically_normal(),
                                                     hash_hex(a.manifest().archive_xxh3), run_id, unix_now_s());
@@ -74,13 +74,13 @@ int model_register_main(const ModelCommand& m, Format format, std::ostream& out)
 }
 
 int model_ls_main(const ModelCommand& m, Format format, std::ostream& out) {
-  runs::Store store(runs::store_path(m.project));
+  runs::Store store(runs::store_path(m.project), /*create=*/false);
   print_versions(store.models(m.name), format, out);
   return 0;
 }
 
 int model_show_main(const ModelCommand& m, Format format, std::ostream& out) {
-  runs::Store store(runs::store_path(m.project));
+  runs::Store store(runs::store_path(m.project), /*create=*/false);
   const runs::ModelVersion v = find_model(store, parse_model_ref(m.ref));
   if (format != Format::Table) {
     print_versions({v}, format, out);

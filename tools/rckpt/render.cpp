@@ -77,8 +77,8 @@ std::vector<Column> log_columns() {
   auto inputs = [](const Json& v) {
     std::vector<std::string> parts;
     for (const Json& i : v)
-      parts.push_back(
-          fmt::format("{}={} ({})", i.value("name", "?"), i.value("path", "?"), i.value("xxh3", "-").substr(0, 8)));
+      parts.push_back(fmt::format("{}={} ({})", json_text(i, "name", "?"), json_text(i, "path", "?"),
+                                  json_text(i, "xxh3", "-").substr(0, 8)));
     return parts.empty() ? std::string("-") : fmt::format("{}", fmt::join(parts, ", "));
   };
   return {{"DEPTH", "depth"},     {"STATUS", "status"},        {"RUN", "run_id"},

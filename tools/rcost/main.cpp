@@ -1,6 +1,5 @@
 // rcost: who used what, what it cost, and what sat idle.
 #include <fmt/format.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -201,12 +200,12 @@ int main(int argc, char** argv) {
       // By experiment: which run each job was, from the run store (not made when missing).
       std::unordered_map<std::string, std::string> experiments;
       if (std::find(ro.keys.begin(), ro.keys.end(), Key::Experiment) != ro.keys.end()) {
-        const std::string store = runs::store_path(project);
-        struct stat st {};
-        if (::stat(store.c_str(), &st) == 0)
-          experiments = runs::Store(store).job_experiments();
-        else
-          warn("rcost", fmt::format("no run store at {}: no job has an experiment", store), std::cerr);
+        try {
+          experiments = runs::Store(runs::store_path(project), /*create=*/false).job_experiments();
+        } catch (const Error& e) {
+          if (e.code() != Exit::NoInput) throw;
+          warn("rcost", fmt::format("{}: no job has an experiment", e.what()), std::cerr);
+        }
         rd.experiments = &experiments;
       }
       OutputFormat fmt = common.json ? OutputFormat::Json : common.csv ? OutputFormat::Csv : OutputFormat::Table;

@@ -12,7 +12,6 @@
 #include <filesystem>
 #include <map>
 
-#include "rkit/atomic_file.hpp"
 #include "rkit/ckpt/archive.hpp"
 #include "rkit/ckpt/extract.hpp"
 #include "rkit/error.hpp"
@@ -247,22 +246,19 @@ void Checkpointer::write(const TrainState& s) {
     const std::string archive = final_dir + ".rkpt";
     SpawnOptions o;
     o.argv = {rkit_program("rckpt"), "pack", final_dir, "-o", archive, "--threads", "1", "--quiet"};
-    // The provenance goes through a private file beside the checkpoint, removed after.
-    const std::string prov = fmt::format("{}/.{}.prov.tmp-{}", dir_, name, ::getpid());
-    struct Remove {
-      const std::string& path;
-      ~Remove() { ::unlink(path.c_str()); }
-    } remove_prov{prov};
+    // The provenance goes to rckpt on its standard input: no file in a folder others may write.
+    std::string provenance;
     if (!provenance_.is_null()) {
       Json p = provenance_;
       p["step"] = s.step;
-      atomic_write_file(prov, p.dump() + "\n", 0600);
-      o.argv.insert(o.argv.end(), {"--provenance", prov});
+      provenance = p.dump();
+      o.argv.insert(o.argv.end(), {"--provenance", "-"});
+      o.in = Redirect::pipe();
     }
     o.out = Redirect::null();
     o.err = Redirect::pipe();
     o.new_process_group = false;  // stopped with this worker's group
-    RunResult r = run(o);
+    RunResult r = run(o, std::nullopt, 5.0, provenance);
     if (!r.status.success())
       throw Error(Exit::IoErr, fmt::format("rckpt pack {}: {}: {}", final_dir, r.status.describe(),
                                            r.err.substr(0, r.err.find('\n'))));

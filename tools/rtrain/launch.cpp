@@ -58,7 +58,8 @@ std::vector<std::pair<std::string, std::string>> worker_env(const LaunchOptions&
   if (!run_secret.empty()) env.emplace_back("RKIT_RUN_SECRET", run_secret);
   if (!o.run_record.empty()) {
     env.emplace_back("RKIT_RUN_RECORD", o.run_record);
-    env.emplace_back("RKIT_METRICS_FILE", fmt::format("{}/metrics.rank{}.jsonl", o.metrics_dir, rank));
+    env.emplace_back("RKIT_METRICS_FILE",
+                     fmt::format("{}/{}{}.jsonl", o.metrics_dir, metrics_file_prefix(o.run_record), rank));
     if (!o.project_dir.empty()) env.emplace_back("RKIT_PROJECT_DIR", o.project_dir);
   }
   if (!o.ckpt_dir.empty()) {

@@ -72,7 +72,12 @@ class LineWriter {
     std::cout.write(buf_.data(), static_cast<std::streamsize>(buf_.size()));
     buf_.clear();
   }
-  ~LineWriter() { flush(); }
+  ~LineWriter() {  // a write that failed has thrown already: nothing more to say here
+    try {
+      flush();
+    } catch (...) {
+    }
+  }
 
  private:
   std::string buf_;
@@ -148,10 +153,11 @@ int RunsCli::ls(const CommonOptions& o) {
   for (const std::string& c : params_) f.params.push_back(runs::parse_condition(c, "--param"));
   for (const std::string& c : metric_filters_) f.metrics.push_back(runs::parse_condition(c, "--metric"));
   f.limit = last_;
-  runs::Store store(runs::store_path(project_));
+  runs::Store store(runs::store_path(project_), /*create=*/false);
   if (o.format() == Format::Json) {
     LineWriter out;
     store.each(f, [&](const runs::Run& r) { out.line(r.to_json_line()); });
+    out.flush();
     return 0;
   }
   const std::vector<std::string> metric_keys =
@@ -179,7 +185,7 @@ int RunsCli::ls(const CommonOptions& o) {
 }
 
 int RunsCli::show(const CommonOptions& o) {
-  runs::Store store(runs::store_path(project_));
+  runs::Store store(runs::store_path(project_), /*create=*/false);
   const runs::Run r = find_all(store, ids_).front();
   if (o.format() != Format::Table) {
     const Json rec = r.to_json();
@@ -196,29 +202,30 @@ int RunsCli::show(const CommonOptions& o) {
                       r.end_s ? "took " + seconds(j.at("duration_s")) : "still running");
   const Json& code = j.at("code");
   if (code.is_object() && code.value("commit", Json()).is_string())
-    text += fmt::format("  code      {} at {}{}{}\n", code.value("repo", "?"), code.value("commit", "?"),
+    text += fmt::format("  code      {} at {}{}{}\n", json_text(code, "repo", "?"), json_text(code, "commit", "?"),
                         code.value("branch", Json()).is_string() ? " (" + code["branch"].get<std::string>() + ")" : "",
-                        code.value("dirty", false) ? ", with uncommitted changes " + code.value("diff_xxh3", "") : "");
+                        code.value("dirty", false) ? ", with uncommitted changes " + json_text(code, "diff_xxh3") : "");
   if (j.at("job").is_object())
-    text += fmt::format("  job       {} {}\n", j["job"].value("backend", "?"), j["job"].value("id", "?"));
+    text += fmt::format("  job       {} {}\n", json_text(j["job"], "backend", "?"), json_text(j["job"], "id", "?"));
   if (j.at("parent").is_object())
-    text += fmt::format("  parent    {} of {} (run {})\n", j["parent"].value("kind", "?"),
-                        j["parent"].value("archive", "?"), Printer::cell(j["parent"].value("run_id", Json()), "-"));
+    text +=
+        fmt::format("  parent    {} of {} (run {})\n", json_text(j["parent"], "kind", "?"),
+                    json_text(j["parent"], "archive", "?"), Printer::cell(j["parent"].value("run_id", Json()), "-"));
   for (const Json& i : j.at("inputs"))
-    text += fmt::format("  input     {} {} ({}, xxh3 {})\n", i.value("name", "?"), i.value("path", "?"),
+    text += fmt::format("  input     {} {} ({}, xxh3 {})\n", json_text(i, "name", "?"), json_text(i, "path", "?"),
                         i.value("bytes", Json()).is_number() ? format_bytes(i["bytes"].get<std::uint64_t>()) : "-",
-                        i.value("xxh3", "-"));
+                        json_text(i, "xxh3", "-"));
   for (const Json& out : j.at("outputs"))
-    text += fmt::format("  output    {} {} step {} xxh3 {}\n", out.value("kind", "?"), out.value("path", "?"),
+    text += fmt::format("  output    {} {} step {} xxh3 {}\n", json_text(out, "kind", "?"), json_text(out, "path", "?"),
                         Printer::cell(out.value("step", Json()), "-"), Printer::cell(out.value("xxh3", Json()), "-"));
   const Json& sys = j.at("system");
   if (sys.is_object())
-    text += fmt::format("  system    {}, {} CPUs, {}, rkit {} (git {}){}\n", sys.value("cpu_model", "?"),
+    text += fmt::format("  system    {}, {} CPUs, {}, rkit {} (git {}){}\n", json_text(sys, "cpu_model", "?"),
                         Printer::cell(sys.value("cpus", Json()), "?"),
                         sys.value("memory_bytes", Json()).is_number()
                             ? format_bytes(sys["memory_bytes"].get<std::uint64_t>())
                             : std::string("?"),
-                        sys.value("rkit_version", "?"), sys.value("rkit_revision", "?"),
+                        json_text(sys, "rkit_version", "?"), json_text(sys, "rkit_revision", "?"),
                         sys.value("blas", Json()).is_string() ? ", " + sys["blas"].get<std::string>() : "");
   text += "  params\n";
   for (const auto& [k, v] : j.at("params").items()) text += fmt::format("    {:<26} {}\n", k, Printer::cell(v, "-"));
@@ -235,7 +242,7 @@ int RunsCli::show(const CommonOptions& o) {
 }
 
 int RunsCli::metrics(const CommonOptions& o) {
-  runs::Store store(runs::store_path(project_));
+  runs::Store store(runs::store_path(project_), /*create=*/false);
   const runs::Run r = find_all(store, ids_).front();
   // One record per step, its metrics together, as a worker writes them.
   std::map<std::int64_t, Json> by_step;
@@ -262,7 +269,7 @@ int RunsCli::metrics(const CommonOptions& o) {
 
 int RunsCli::compare(const CommonOptions& o) {
   if (ids_.size() < 2 || ids_.size() > 50) usage_error("compare needs 2 to 50 run ids");
-  runs::Store store(runs::store_path(project_));
+  runs::Store store(runs::store_path(project_), /*create=*/false);
   const std::vector<runs::Run> rs = find_all(store, ids_);
   std::vector<Json> params, metrics;
   std::set<std::string> param_keys, metric_keys;
@@ -319,7 +326,7 @@ int RunsCli::compare(const CommonOptions& o) {
 }
 
 int RunsCli::reproduce(const CommonOptions& o) {
-  runs::Store store(runs::store_path(project_));
+  runs::Store store(runs::store_path(project_), /*create=*/false);
   const runs::Run r = find_all(store, ids_).front();
   const Json j = r.to_json();
   const Json& summary = j.at("summary");
@@ -335,14 +342,17 @@ int RunsCli::reproduce(const CommonOptions& o) {
                                          r.id, world, world, r.id));
   // The same trainer: rtrain's own revision decides the arithmetic.
   const Json& sys = j.at("system");
-  if (sys.value("rkit_revision", "") != kGitRevision)
+  if (json_text(sys, "rkit_revision") != kGitRevision)
     throw Error(Exit::DataErr, fmt::format("revision changed: run {} was trained by rkit git {}, this is rkit git {}",
-                                           r.id, sys.value("rkit_revision", "?"), kGitRevision));
+                                           r.id, json_text(sys, "rkit_revision", "?"), kGitRevision));
   // The same code: the work tree the run started in, at the same commit and changes.
   const Json& code = j.at("code");
   if (code.is_object() && code.value("repo", Json()).is_string()) {
     const std::string repo = code["repo"].get<std::string>();
     const Json now = code_revision(repo);
+    if ((code.contains("dirty") && code["dirty"].is_null()) || (now.is_object() && now["dirty"].is_null()))
+      throw Error(Exit::DataErr,
+                  fmt::format("revision unknown: git could not say what changed in {} (then or now)", repo));
     if (!now.is_object())
       throw Error(Exit::DataErr,
                   fmt::format("revision changed: run {} ran in the Git work tree {}, which is gone", r.id, repo));
@@ -359,13 +369,13 @@ int RunsCli::reproduce(const CommonOptions& o) {
   }
   // The same data, byte for byte.
   for (const Json& in : j.at("inputs")) {
-    const std::string path = in.value("path", "");
+    const std::string path = json_text(in, "path");
     if (path.empty() || path == "synthetic") continue;
     const FileDigest d = digest_file(path);
-    if (digest_hex(d.xxh3) != in.value("xxh3", "") || d.bytes != in.value("bytes", std::uint64_t{0}))
+    if (digest_hex(d.xxh3) != json_text(in, "xxh3") || d.bytes != in.value("bytes", std::uint64_t{0}))
       throw Error(Exit::DataErr,
-                  fmt::format("{} {} changed since run {}: xxh3 {} now, {} when it ran", in.value("name", "input"),
-                              path, r.id, digest_hex(d.xxh3), in.value("xxh3", "?")));
+                  fmt::format("{} {} changed since run {}: xxh3 {} now, {} when it ran", json_text(in, "name", "input"),
+                              path, r.id, digest_hex(d.xxh3), json_text(in, "xxh3", "?")));
   }
   TrainConfig c;
   run_options().apply_json(j.at("params"), c, fmt::format("run {}", r.id));
@@ -380,11 +390,11 @@ int RunsCli::reproduce(const CommonOptions& o) {
   // The same start: the checkpoint it resumed or was fine-tuned from, unchanged.
   const Json& parent = j.at("parent");
   if (parent.is_object()) {
-    const std::string archive = parent.value("archive", "");
-    const Json now = parent_record(parent.value("kind", ""), archive);
+    const std::string archive = json_text(parent, "archive");
+    const Json now = parent_record(json_text(parent, "kind"), archive);
     if (now.value("archive_xxh3", Json()) != parent.value("archive_xxh3", Json()))
       throw Error(Exit::DataErr, fmt::format("checkpoint {} changed since run {} started from it", archive, r.id));
-    (parent.value("kind", "") == "finetune" ? c.init_from : c.resume_from) = archive;
+    (json_text(parent, "kind") == "finetune" ? c.init_from : c.resume_from) = archive;
   }
   TrackOptions t;
   t.resolve();
@@ -397,7 +407,7 @@ int RunsCli::reproduce(const CommonOptions& o) {
   });
   if (!result.summary.is_object()) return 0;  // another rank: rank 0 says
   const std::string want = summary["weights_xxh3"].get<std::string>();
-  const std::string got = result.summary.value("weights_xxh3", "");
+  const std::string got = json_text(result.summary, "weights_xxh3");
   const bool same = got == want;
   if (o.format() == Format::Json)
     std::cout << to_json_line({{"schema", "rkit.run.reproduce.v1"},

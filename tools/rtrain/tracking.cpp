@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -32,8 +33,12 @@ double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock:
 
 // git's output, or nullopt when it fails (not a work tree, no git).
 std::optional<std::string> git(const std::string& dir, std::vector<std::string> args) {
+  // Only in a folder of this user's: a repository's configuration (core.fsmonitor, clean
+  // filters) runs commands, and another user's must not run ours.
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0 || st.st_uid != ::getuid()) return std::nullopt;
   SpawnOptions o;
-  o.argv = {"git", "-C", dir};
+  o.argv = {"git", "--no-optional-locks", "-c", "core.fsmonitor=false", "-C", dir};
   o.argv.insert(o.argv.end(), args.begin(), args.end());
   o.out = Redirect::pipe();
   o.err = Redirect::null();
@@ -122,7 +127,9 @@ Json code_revision(const std::string& dir) {
   if (const auto branch = git(dir, {"symbolic-ref", "--short", "-q", "HEAD"})) code["branch"] = first_line(*branch);
   if (code["commit"].is_string()) {
     const auto diff = git(dir, {"diff", "HEAD", "--no-ext-diff", "--no-textconv", "--binary"});
-    if (diff && !diff->empty()) {
+    if (!diff) {
+      code["dirty"] = nullptr;  // unknown: git diff failed, and reproduce refuses an unknown tree
+    } else if (!diff->empty()) {
       code["dirty"] = true;
       code["diff_xxh3"] = digest_hex(digest_bytes(*diff));
     }
@@ -223,26 +230,31 @@ RunTracker::RunTracker(const TrackOptions& o, runs::NewRun run) {
 }
 
 RunTracker::~RunTracker() {
-  if (!store_ || finished_) return;
-  try {
-    finish("FAILED", "rtrain stopped without a summary");
-  } catch (...) {
-  }
+  if (store_ && !finished_) finish("FAILED", "rtrain stopped without a summary");
 }
 
 Json RunTracker::provenance() const { return store_ ? provenance_ : Json(); }
 
 void RunTracker::record(const Json& event) {
   if (!store_) return;
+  try {
+    record_one(event);
+  } catch (const std::exception& e) {  // the record is lost, the training is not
+    warn("rtrain", fmt::format("run {}: recording stops: {}", id_, e.what()), std::cerr);
+    store_.reset();
+  }
+}
+
+void RunTracker::record_one(const Json& event) {
   const auto t0 = Clock::now();
-  const std::string kind = event.value("event", "");
+  const std::string kind = json_text(event, "event");
   if (kind == "step" || kind == "eval") {
     add_metrics(event, pending_);
   } else if (kind == "checkpoint") {
     Json out{{"kind", "checkpoint"},
-             {"path", absolute(event.value("path", ""))},
-             {"step", event.value("step", 0)},
-             {"bytes", event.value("bytes", 0)},
+             {"path", absolute(json_text(event, "path"))},
+             {"step", event.value("step", Json())},
+             {"bytes", event.value("bytes", Json())},
              {"xxh3", event.value("archive_xxh3", Json())}};
     store_->add_output(id_, out);
   } else if ((kind == "resume" || kind == "init") && event.contains("parent")) {
@@ -266,9 +278,18 @@ void RunTracker::flush() {
   last_flush_ = Clock::now();
 }
 
-void RunTracker::finish(const std::string& status, const std::string& error) {
+void RunTracker::finish(const std::string& status, const std::string& error) noexcept {
   if (!store_ || finished_) return;
-  finished_ = true;
+  try {
+    finish_run(status, error);
+    finished_ = true;
+  } catch (const Error& e) {
+    warn("rtrain", fmt::format("run {}: its record could not be ended: {}", id_, e.what()), std::cerr);
+  } catch (...) {
+  }
+}
+
+void RunTracker::finish_run(const std::string& status, const std::string& error) {
   const auto t0 = Clock::now();
   flush();
   busy_s_ += since(t0);
@@ -294,13 +315,20 @@ LaunchTracker::LaunchTracker(const TrackOptions& o, runs::NewRun run, std::strin
 
 void LaunchTracker::read(Source& s, std::vector<runs::Metric>& metrics, Json& params) {
   constexpr std::size_t kMaxLine = std::size_t{1} << 20;
-  const int fd = ::open(s.path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  constexpr std::uint64_t kMaxPerPoll = std::uint64_t{16} << 20;  // the rest on the next poll
+  const int fd = ::open(s.path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0) return;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {  // a FIFO or device is no metrics file
+    ::close(fd);
+    return;
+  }
   char buf[1 << 16];
-  for (;;) {
+  for (std::uint64_t read_now = 0; read_now < kMaxPerPoll;) {
     const ssize_t n = ::pread(fd, buf, sizeof buf, static_cast<off_t>(s.offset));
     if (n <= 0) break;
     s.offset += static_cast<std::uint64_t>(n);
+    read_now += static_cast<std::uint64_t>(n);
     for (ssize_t i = 0; i < n; ++i) {
       if (buf[i] != '\n') {
         if (s.partial.size() <= kMaxLine) s.partial += buf[i];
@@ -329,22 +357,39 @@ void LaunchTracker::read(Source& s, std::vector<runs::Metric>& metrics, Json& pa
   ::close(fd);
 }
 
-void LaunchTracker::poll(bool force) {
-  if (!force && since(last_) < 1.0) return;
+void LaunchTracker::poll(bool force) noexcept {
+  if (!store_ || (!force && since(last_) < 1.0)) return;
   last_ = Clock::now();
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(dir_, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.starts_with("metrics.rank") && name.ends_with(".jsonl")) sources_[name].path = entry.path().string();
+  try {
+    std::error_code ec;
+    const std::string prefix = metrics_file_prefix(id_);
+    for (const auto& entry : std::filesystem::directory_iterator(dir_, ec)) {
+      const std::string name = entry.path().filename().string();
+      if (name.starts_with(prefix) && name.ends_with(".jsonl")) sources_[name].path = entry.path().string();
+    }
+    std::vector<runs::Metric> metrics;
+    Json params = Json::object();
+    for (auto& [_, s] : sources_) read(s, metrics, params);
+    if (!metrics.empty() || !params.empty()) store_->log(id_, metrics, params);
+  } catch (const std::exception& e) {  // the record is lost, the training is not
+    warn("rtrain", fmt::format("run {}: recording stops: {}", id_, e.what()), std::cerr);
+    store_.reset();
   }
-  std::vector<runs::Metric> metrics;
-  Json params = Json::object();
-  for (auto& [_, s] : sources_) read(s, metrics, params);
-  if (!metrics.empty() || !params.empty()) store_->log(id_, metrics, params);
 }
 
-void LaunchTracker::finish(int exit_code, bool interrupted, const Json& summary) {
+std::string metrics_file_prefix(const std::string& run_id) { return "metrics." + run_id + ".rank"; }
+
+void LaunchTracker::finish(int exit_code, bool interrupted, const Json& summary) noexcept {
   poll(true);
+  if (!store_) return;
+  try {
+    finish_run(exit_code, interrupted, summary);
+  } catch (const std::exception& e) {
+    warn("rtrain", fmt::format("run {}: its record could not be ended: {}", id_, e.what()), std::cerr);
+  }
+}
+
+void LaunchTracker::finish_run(int exit_code, bool interrupted, const Json& summary) {
   // The trainer's summary (an rtrain run worker's), with the launch's own over it.
   Json s = Json::object();
   if (const std::optional<runs::Run> r = store_->find(id_); r && r->summary != "null")

@@ -81,12 +81,15 @@ class RunTracker {
   void record(const Json& event);
   // Writes what is buffered and ends the run (FINISHED, FAILED or KILLED), with the
   // summary seen (and `error`, when given) and the time recording took.
-  void finish(const std::string& status, const std::string& error = "");
+  // A store that fails stops the recording with one warning; it never stops training.
+  void finish(const std::string& status, const std::string& error = "") noexcept;
   // Seconds spent recording metrics and outputs (the per-step cost), and setting up.
   double busy_s() const { return busy_s_; }
 
  private:
   void flush();
+  void record_one(const Json& event);
+  void finish_run(const std::string& status, const std::string& error);
   std::unique_ptr<runs::Store> store_;
   std::string id_;
   bool attached_ = false;  // the launcher's run: it ends it
@@ -96,6 +99,10 @@ class RunTracker {
   std::chrono::steady_clock::time_point last_flush_;
   double busy_s_ = 0, setup_s_ = 0;
 };
+
+// The metrics files of run `run_id`'s workers are named PREFIX<rank>.jsonl (a --log-dir
+// may hold other runs' too).
+std::string metrics_file_prefix(const std::string& run_id);
 
 // rtrain launch --track: the launcher's run record, and the metrics its workers write,
 // one rkit.metric.v1 line each, to $RKIT_METRICS_FILE (metrics.rank<R>.jsonl in the
@@ -108,10 +115,10 @@ class LaunchTracker {
   const std::string& id() const { return id_; }
   // Reads what the workers wrote since the last call (no more than once a second unless
   // `force`) and records it.
-  void poll(bool force = false);
+  void poll(bool force = false) noexcept;
   // Records the rest and ends the run: FINISHED for exit code 0, KILLED when the
   // launcher was interrupted, FAILED otherwise.
-  void finish(int exit_code, bool interrupted, const Json& summary);
+  void finish(int exit_code, bool interrupted, const Json& summary) noexcept;
 
  private:
   struct Source {
@@ -120,6 +127,7 @@ class LaunchTracker {
     bool warned = false;
   };
   void read(Source& s, std::vector<runs::Metric>& metrics, Json& params);
+  void finish_run(int exit_code, bool interrupted, const Json& summary);
   std::unique_ptr<runs::Store> store_;
   std::string id_, dir_;
   std::map<std::string, Source> sources_;

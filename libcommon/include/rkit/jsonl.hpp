@@ -57,6 +57,10 @@ int check_schema(const Json& record, std::string_view family, int max_major, std
 // bytes_json instead, where they must come back).
 std::string to_json_line(const Json& record);
 
+// `record[key]` when `record` is an object and that is a string, else `fallback` (for
+// reading optional fields that may be null, absent or of another type without throwing).
+std::string json_text(const Json& record, std::string_view key, std::string_view fallback = "");
+
 // Bytes a user may pass that need not be UTF-8 (a command's arguments, environment
 // values, paths), losslessly in JSON (rkit(7), BYTES IN RECORDS): a string when they are
 // UTF-8, else {"hex": "<each byte as two lowercase hex digits>"}.

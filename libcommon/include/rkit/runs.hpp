@@ -132,8 +132,10 @@ bool is_stage(std::string_view stage);  // candidate | production | archived
 
 class Store {
  public:
-  // Opens (creating) the store at `path`. Errors as sql::Db.
-  explicit Store(const std::string& path);
+  // Opens the store at `path`, creating it when `create` (what records runs), else
+  // Error(NoInput) "no run store at PATH" when it is missing (what only reads one). Other
+  // errors as sql::Db.
+  explicit Store(const std::string& path, bool create = true);
   const std::string& path() const { return db_.path(); }
 
   // A new RUNNING run of this process's user, pid and host; returns its id (12 random
