@@ -233,6 +233,15 @@ EOF
   rtrain runs show "$id" --json | jq -e '.status == "FAILED" and .summary.exit_code == 1 and .metrics.m.last == 2'
 }
 
+@test "a worker that swaps its metrics file for a FIFO or a link does not stall the launcher or its record" {
+  run -0 --separate-stderr timeout 30 rtrain launch --track --nproc-per-node 2 -- sh -c '
+    if [ "$RANK" = 0 ]; then rm -f "$RKIT_METRICS_FILE"; mkfifo "$RKIT_METRICS_FILE"
+    else ln -s /etc/passwd "$RKIT_METRICS_FILE"; fi
+    sleep 2'
+  id=$(last_run)
+  rtrain runs show "$id" --json | jq -e '.status == "FINISHED" and .metrics == {}'
+}
+
 @test "64 rtrain runs at once into one store: every record whole, none lost" {
   pids=()
   for i in $(seq 1 64); do
