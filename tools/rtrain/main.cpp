@@ -1,16 +1,11 @@
 // rtrain: launch distributed training runs that survive faults, and train an MLP natively.
-#include <cerrno>
 #include <filesystem>
-#include <fstream>
-#include <iostream>
 
 #include <fmt/format.h>
 
 #include "launch.hpp"
 #include "rkit/cli.hpp"
 #include "rkit/error.hpp"
-#include "rkit/jsonl.hpp"
-#include "rkit/printer.hpp"
 #include "run_cli.hpp"
 #include "runs_cli.hpp"
 #include "tracking.hpp"
