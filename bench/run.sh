@@ -11,7 +11,8 @@
 #     goal_max (value must stay at or under it) and/or goal_min (at or over it),
 #     optionally rkit_bytes and anchor_bytes, or rkit_value and anchor_value
 # A row with informational: true is reported but never fails the run.
-# Exits nonzero when any other row misses its goal.
+# Exits nonzero when any other row misses its goal or any script fails (the rows of the
+# others, and those the failed one printed, are kept).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=$(realpath "${1:-build}")
@@ -28,10 +29,11 @@ lines=$(mktemp)
 trap 'rm -f "$lines"' EXIT
 loadavg() { cut -d' ' -f1-3 /proc/loadavg | jq -R -c 'split(" ") | map(tonumber)'; }
 load_start=$(loadavg)  # other work on the machine skews the timings: recorded with them
+failed=()  # a script that fails loses only its own unfinished rows, never the others'
 for script in bench/*.sh; do
   [[ $(basename "$script") == run.sh ]] && continue
   [[ ${#only[@]} -eq 0 || " ${only[*]} " == *" $(basename "$script" .sh) "* ]] || continue
-  bash "$script" >> "$lines"
+  bash "$script" >> "$lines" || failed+=("$(basename "$script")")
 done
 jq -s --arg git "$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)" \
       --arg host "$(hostname)" --arg cpu "$(lscpu | sed -n 's/^Model name: *//p' | head -1)" \
@@ -70,4 +72,8 @@ jq -r '
         [.name, (.median_s | secs), (.anchor_median_s | secs), (.ratio | r(3) | tostring),
          ("≤ \(.goal_ratio)" + (if .goal_max_s != null then ", ≤ \(.goal_max_s | secs)" else "" end)), $verdict]
       end) | @tsv' "$out" | column -t -s $'\t'
+if [[ ${#failed[@]} -gt 0 ]]; then
+  echo "bench/run.sh: error: ${failed[*]} failed; their finished rows are above" >&2
+  exit 1
+fi
 jq -e 'all(.results[]; .pass or .informational == true)' "$out" >/dev/null
