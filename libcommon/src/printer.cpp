@@ -1,8 +1,11 @@
 #include "rkit/printer.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <iostream>
+#include <iterator>
 
 #include "rkit/error.hpp"
 
@@ -57,13 +60,40 @@ std::string Printer::csv_quote(const std::string& field) {
   return out + '"';
 }
 
-void Printer::write_table_row(const std::vector<std::string>& row) {
-  std::string line;
-  for (std::size_t i = 0; i < row.size(); ++i) {
-    line += row[i];
-    if (i + 1 < row.size()) line.append(widths_[i] - std::min(widths_[i], row[i].size()) + 2, ' ');
+template <typename It>
+void Printer::append_table_row(std::string& line, It first) const {
+  for (std::size_t i = 0; i < columns_.size(); ++i, ++first) {
+    line += *first;
+    if (i + 1 < columns_.size()) line.append(widths_[i] - std::min(widths_[i], first->size()) + 2, ' ');
   }
-  out_ << line << '\n';
+  line += '\n';
+}
+
+void Printer::add_table_row(std::vector<std::string>& row) {
+  // Streaming rows are written at once: widths are fixed by the first row.
+  if (!streaming_ || !header_done_)
+    for (std::size_t i = 0; i < row.size(); ++i) widths_[i] = std::max(widths_[i], row[i].size());
+  if (!streaming_) {
+    std::move(row.begin(), row.end(), std::back_inserter(cells_));
+    return;
+  }
+  std::string text;
+  if (!header_done_) {
+    std::vector<std::string> head;
+    for (const auto& c : columns_) head.push_back(c.header);
+    append_table_row(text, head.begin());
+    header_done_ = true;
+  }
+  append_table_row(text, row.begin());
+  out_ << text;
+  flush_checked();
+}
+
+void Printer::print_cells(std::vector<std::string> cells) {
+  if (format_ != Format::Table || cells.size() != columns_.size())
+    throw Error(Exit::Software, fmt::format("Printer::print_cells: {} cells for a {} of {} columns", cells.size(),
+                                            format_ == Format::Table ? "table" : "non-table", columns_.size()));
+  add_table_row(cells);
 }
 
 void Printer::print(const Json& record) {
@@ -90,24 +120,12 @@ void Printer::print(const Json& record) {
     }
     case Format::Table: {
       std::vector<std::string> row;
-      for (std::size_t i = 0; i < columns_.size(); ++i) {
-        const Json& v = lookup(record, columns_[i]);
-        row.push_back(columns_[i].human && !v.is_null() ? columns_[i].human(v) : cell(v, "-"));
-        // Streaming rows are written at once: widths are fixed by the first row.
-        if (!streaming_ || !header_done_) widths_[i] = std::max(widths_[i], row.back().size());
+      row.reserve(columns_.size());
+      for (const auto& col : columns_) {
+        const Json& v = lookup(record, col);
+        row.push_back(col.human && !v.is_null() ? col.human(v) : cell(v, "-"));
       }
-      if (!streaming_) {
-        rows_.push_back(std::move(row));
-        return;
-      }
-      if (!header_done_) {
-        std::vector<std::string> head;
-        for (const auto& c : columns_) head.push_back(c.header);
-        write_table_row(head);
-        header_done_ = true;
-      }
-      write_table_row(row);
-      flush_checked();
+      add_table_row(row);
       return;
     }
   }
@@ -121,15 +139,24 @@ void Printer::flush_checked() {
 
 void Printer::finish() {
   finished_ = true;
-  if (format_ != Format::Table || streaming_ || rows_.empty()) {
+  if (format_ != Format::Table || streaming_ || cells_.empty()) {
     out_.flush();
     return;
   }
+  // Written in pieces of about 1 MiB: a table may have hundreds of thousands of rows.
+  std::string text;
   std::vector<std::string> head;
   for (const auto& c : columns_) head.push_back(c.header);
-  write_table_row(head);
-  for (const auto& r : rows_) write_table_row(r);
-  rows_.clear();
+  append_table_row(text, head.begin());
+  for (auto at = cells_.begin(); at != cells_.end(); at += static_cast<std::ptrdiff_t>(columns_.size())) {
+    append_table_row(text, at);
+    if (text.size() >= (1u << 20)) {
+      out_ << text;
+      text.clear();
+    }
+  }
+  out_ << text;
+  cells_.clear();
   out_.flush();
 }
 

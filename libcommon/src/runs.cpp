@@ -13,6 +13,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
+#include <deque>
 #include <set>
 
 #include "rkit/config.hpp"
@@ -494,12 +495,15 @@ void Store::each(const Filter& f, const std::function<void(const Run&)>& fn) {
   }
   const std::string joined = f.light ? "" : " JOIN run_texts t ON t.run = r.id";
   std::string sql = fmt::format("SELECT {} FROM runs r{} WHERE {} ORDER BY r.id", columns, joined, where);
-  if (f.limit > 0)
+  // LOST and RUNNING are told apart here, not by SQLite: the newest N of them are kept below.
+  const bool limit_here = live && f.limit > 0;
+  if (f.limit > 0 && !limit_here)
     sql = fmt::format("SELECT {} FROM (SELECT * FROM runs r WHERE {} ORDER BY r.id DESC LIMIT {}) r{} ORDER BY r.id",
                       columns, where, f.limit, joined);
   std::unique_ptr<sql::Stmt> s = db_.prepare(sql);
   for (auto& b : binds) b(*s);
   Run r;
+  std::deque<Run> newest;
   while (s->step()) {
     r = read_run(*s);
     r.picked.clear();
@@ -513,8 +517,14 @@ void Store::each(const Filter& f, const std::function<void(const Run&)>& fn) {
       }
     }
     if (live && r.live_status() != *f.status) continue;
-    fn(r);
+    if (!limit_here) {
+      fn(r);
+      continue;
+    }
+    newest.push_back(std::move(r));
+    if (newest.size() > static_cast<std::size_t>(f.limit)) newest.pop_front();
   }
+  for (const Run& n : newest) fn(n);
 }
 
 std::unordered_map<std::string, std::string> Store::job_experiments() {

@@ -60,6 +60,31 @@ EOF
   assert_line --regexp '^    train.lr +0.001$'
 }
 
+@test "a run's cost: the cores, memory and time it held, priced by the configured sheet, unpriced without one" {
+  run -0 rtrain run "${small[@]}" --steps 20 -q
+  id=$(last_run)
+  rtrain runs show "$id" --json | jq -e '.summary.cost | .amount == null and .price_sheet == null
+    and .backend == "local" and .cpus > 0 and .gpus == 0 and .memory_bytes > 1048576 and .hours > 0'
+  run -0 rtrain runs show "$id"
+  assert_line --regexp '^  cost      unpriced \(no price sheet\): [0-9]+ CPUs, 0 GPUs, .* for .* on local$'
+  printf 'currency = "EUR"\n[backends.local]\ncpu_hour = 3600\nmemory_gib_hour = 0\n' >prices.toml
+  printf '[rcost]\nprices = "prices.toml"\n' >rkit.toml
+  RKIT_CONFIG=$PWD/rkit.toml rtrain run "${small[@]}" --steps 20 -q
+  id=$(last_run)
+  # 3600 a core-hour is 1 a core-second: the amount is the cores times the seconds held.
+  rtrain runs show "$id" --json | jq -e --arg sheet "$PWD/prices.toml" '.summary.cost as $c
+    | $c.currency == "EUR" and $c.price_sheet == $sheet and $c.amount > 0
+    and ($c.amount - $c.cpus * $c.hours * 3600 | if . < 0 then -. else . end) < 1e-6'
+  run -0 rtrain runs show "$id"
+  assert_line --regexp '^  cost      [0-9.e+-]+ EUR: [0-9]+ CPUs, 0 GPUs, .* on local$'
+  # A sheet without this backend's prices: the run and its record go on, the cost says why.
+  printf 'currency = "EUR"\n[backends.slurm]\ncpu_hour = 1\n' >prices.toml
+  RKIT_CONFIG=$PWD/rkit.toml run -0 rtrain run "${small[@]}" --steps 20 -q
+  id=$(last_run)
+  rtrain runs show "$id" --json | jq -e '.status == "FINISHED" and .summary.cost.amount == null
+    and (.summary.cost.error | test("no prices for backend \"local\""))'
+}
+
 @test "runs ls filters on experiment, status, tags, parameters and final metrics; --last; columns" {
   for lr in 0.001 0.003 0.01; do
     rtrain run "${small[@]}" --steps 20 --lr $lr --experiment sweep --tag lr=$lr -q

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "rkit/error.hpp"
 #include "rkit/units.hpp"
 
 namespace rkit {
@@ -37,6 +38,22 @@ TEST(Printer, TableAlignsColumnsWithTwoSpaces) {
             "RANK  NAME   BYTES\n"
             "0     alpha  1536\n"
             "10    b      2048\n");
+}
+
+TEST(Printer, CellsGivenWholeAlignAsRecordsDo) {
+  std::ostringstream out;
+  Printer p(out, Format::Table, {{"RANK", "rank"}, {"NAME", "name"}});
+  p.print(Json{{"rank", 0}, {"name", "alpha"}});
+  p.print_cells({"10", "b"});
+  EXPECT_THROW(p.print_cells({"only one"}), Error);
+  p.finish();
+  EXPECT_EQ(out.str(),
+            "RANK  NAME\n"
+            "0     alpha\n"
+            "10    b\n");
+  std::ostringstream json;
+  Printer j(json, Format::Json, {{"RANK", "rank"}});
+  EXPECT_THROW(j.print_cells({"1"}), Error) << "a JSON line needs the record";
 }
 
 TEST(Printer, DestructorFinishesTheTable) {

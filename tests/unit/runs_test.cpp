@@ -5,6 +5,9 @@
 #include <fmt/format.h>
 #include <sqlite3.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <set>
 #include <thread>
 
@@ -129,6 +132,37 @@ TEST(RunStore, FiltersOnExperimentTagsParamsAndFinalMetrics) {
   EXPECT_TRUE(list(f).empty());
   EXPECT_THROW(parse_condition("lr", "--param"), Error);
   EXPECT_THROW(parse_condition("a\"b=1", "--param"), Error);
+}
+
+// --last N with --status LOST or RUNNING: the newest N of that state, though SQLite sees
+// both as RUNNING (a run is LOST when its process is gone, which only a live check tells).
+TEST(RunStore, LastNOfLostRunsCountsOnlyLostOnes) {
+  testing::TempDir dir;
+  const std::string path = dir.path() + "/runs.db";
+  Store s(path);
+  std::vector<std::string> ids;
+  for (int i = 0; i < 4; ++i) ids.push_back(s.create(run_of("live", i), kT0 + i));
+  const pid_t gone = ::fork();  // a process that has been and gone: its pid is dead
+  if (gone == 0) ::_exit(0);
+  ASSERT_GT(gone, 0);
+  ASSERT_EQ(::waitpid(gone, nullptr, 0), gone);
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  const std::string sql = fmt::format("UPDATE runs SET pid = {} WHERE run_id IN ('{}', '{}', '{}')", gone, ids[0],
+                                      ids[1], ids[2]);  // the newest stays this live process's
+  ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(db);
+  auto list = [&](const std::string& status, std::size_t last) {
+    Filter f;
+    f.status = status;
+    f.limit = last;
+    std::vector<std::string> out;
+    s.each(f, [&](const runs::Run& r) { out.push_back(r.id); });
+    return out;
+  };
+  EXPECT_EQ(list("LOST", 2), (std::vector<std::string>{ids[1], ids[2]}));
+  EXPECT_EQ(list("LOST", 0), (std::vector<std::string>{ids[0], ids[1], ids[2]}));
+  EXPECT_EQ(list("RUNNING", 1), (std::vector<std::string>{ids[3]}));
 }
 
 // 64 writers at once, each its own connection (as ranks and jobs are processes): every

@@ -122,6 +122,15 @@ class CudaDevice : public Device {
     cudaStreamDestroy(stream_);
   }
   std::string name() const override { return name_; }
+  std::string libraries() const override {
+    int runtime = 0, blas = 0, nccl = 0;
+    cudaRuntimeGetVersion(&runtime);  // 1000 major + 10 minor
+    cublasGetVersion(blas_, &blas);   // 10000 major + 100 minor + patch, as NCCL's since 2.9
+    ncclGetVersion(&nccl);
+    auto dotted = [](int v) { return fmt::format("{}.{}.{}", v / 10000, v / 100 % 100, v % 100); };
+    return fmt::format("CUDA runtime {}.{}, cuBLAS {}, NCCL {}", runtime / 1000, runtime % 1000 / 10, dotted(blas),
+                       dotted(nccl));
+  }
   void* alloc_bytes(std::size_t bytes) override {
     void* p = nullptr;
     if (const cudaError_t rc = cudaMalloc(&p, std::max<std::size_t>(bytes, 1)); rc != cudaSuccess)

@@ -44,7 +44,10 @@ class GradReducer {
 class Device {
  public:
   virtual ~Device() = default;
-  virtual std::string name() const = 0;              // "cpu (2 threads)", "cuda:0 NVIDIA H200"
+  virtual std::string name() const = 0;  // "cpu (2 threads)", "cuda:0 NVIDIA H200"
+  // The libraries it computes and communicates with, by version, for the run's record:
+  // "CUDA runtime 13.0, cuBLAS 13.1.0, NCCL 2.28.3"; "" when there are none beyond rkit's.
+  virtual std::string libraries() const { return ""; }
   virtual void* alloc_bytes(std::size_t bytes) = 0;  // zeroed; freed with the device
   float* alloc(std::size_t n) { return static_cast<float*>(alloc_bytes(n * sizeof(float))); }
   virtual void copy_in(void* dst, const void* host, std::size_t bytes) = 0;

@@ -249,7 +249,7 @@ int launch(const LaunchOptions& options) {
     d.code = code_revision(std::filesystem::current_path().string());
     d.system = system_facts();
     d.job = job_of_environment();
-    tracker.emplace(o.track, std::move(d), hb_dir);
+    tracker.emplace(o.track, std::move(d), hb_dir, o.nproc);
     o.run_record = tracker->id();
     o.metrics_dir = hb_dir;
     if (!o.track.project.empty()) o.project_dir = std::filesystem::absolute(o.track.project).string();

@@ -94,7 +94,7 @@ int main(int argc, char** argv) {
   RunsCli runs(tool);
   return tool.run(argc, argv, [&]() -> int {
     if (*run_cmd) {
-      track.resolve();
+      track.resolve(tool.config());
       run_command(tool.options(), resolve_run_config(run_config, run_flags), track);
       return 0;
     }
@@ -103,7 +103,7 @@ int main(int argc, char** argv) {
       o.nproc = nproc_per_node(nproc);
       slurm_defaults(o, nnodes_opt->count() > 0, node_rank_opt->count() > 0, master_addr_opt->count() > 0);
       if (!placement.empty()) o.placement = load_placement(placement, o.nproc);
-      if (o.track.enabled) o.track.resolve();
+      if (o.track.enabled) o.track.resolve(tool.config());
       if (!o.ckpt_dir.empty())
         o.ckpt_dir = std::filesystem::absolute(o.ckpt_dir).string();  // the workers' cwd may differ
       return launch(o);

@@ -388,6 +388,7 @@ Json run_training(const TrainConfig& c, const Json& provenance, const std::funct
   const double steps_run = static_cast<double>(timed_steps);
   Json summary{{"event", "summary"},
                {"device", dev->name()},
+               {"device_libraries", dev->libraries().empty() ? Json() : Json(dev->libraries())},
                {"world_size", world},
                {"parameters", net.parameters()},
                {"steps", total},

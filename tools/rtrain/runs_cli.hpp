@@ -32,6 +32,7 @@ class RunsCli {
   int compare(const CommonOptions& o);
   int reproduce(const CommonOptions& o);
 
+  Tool& tool_;  // its configuration prices a reproduction
   CLI::App *runs_ = nullptr, *ls_ = nullptr, *show_ = nullptr, *metrics_ = nullptr, *compare_ = nullptr,
            *reproduce_ = nullptr;
   std::string project_, experiment_, status_, html_, ckpt_dir_, output_;

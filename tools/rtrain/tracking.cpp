@@ -4,11 +4,14 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -19,6 +22,7 @@
 #include "rkit/error.hpp"
 #include "rkit/host.hpp"
 #include "rkit/nvml.hpp"
+#include "rkit/prices.hpp"
 #include "rkit/process.hpp"
 #include "rkit/time.hpp"
 #include "rkit/topology.hpp"
@@ -30,6 +34,12 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// The peak resident memory of this process (RUSAGE_SELF) or of its largest waited-for child.
+std::uint64_t peak_rss_bytes(int who) {
+  struct rusage u {};
+  return ::getrusage(who, &u) == 0 ? static_cast<std::uint64_t>(u.ru_maxrss) * 1024 : 0;
+}
 
 // git's output, or nullopt when it fails (not a work tree, no git).
 std::optional<std::string> git(const std::string& dir, std::vector<std::string> args) {
@@ -79,7 +89,8 @@ void add_metrics(const Json& event, std::vector<runs::Metric>& out) {
 
 }  // namespace
 
-void TrackOptions::resolve() {
+void TrackOptions::resolve(const Config& config) {
+  if (price_sheet.empty()) price_sheet = configured_price_sheet(config).value_or("");
   if (const char* t = std::getenv("RKIT_TRACK"); t && std::string_view(t) == "0") enabled = false;
   if (experiment.empty())
     if (const char* e = std::getenv("RKIT_EXPERIMENT"); e && *e) experiment = e;
@@ -204,6 +215,29 @@ runs::NewRun describe_run(const TrainConfig& config) {
   return r;
 }
 
+Json run_cost(const HeldResources& held, const Json& job, const std::string& price_sheet) {
+  std::string backend = "local";
+  if (job.is_object() && job.value("backend", "") == "slurm") backend = "slurm";
+  if (job.is_object() && job.value("backend", "") == "rsub") {  // "NAME:ID" off the local backend
+    const std::string id = json_text(job, "id");
+    if (const std::size_t colon = id.find(':'); colon != std::string::npos) backend = id.substr(0, colon);
+  }
+  const double hours = held.seconds / 3600;
+  Json cost{{"backend", backend}, {"cpus", held.cpus},
+            {"gpus", held.gpus},  {"memory_bytes", held.memory_bytes},
+            {"hours", hours},     {"currency", nullptr},
+            {"amount", nullptr},  {"price_sheet", price_sheet.empty() ? Json() : Json(price_sheet)}};
+  if (price_sheet.empty()) return cost;
+  try {
+    const PriceSheet sheet = load_prices(price_sheet);
+    cost["currency"] = sheet.currency;
+    cost["amount"] = sheet.at(backend).hourly(held.cpus, held.gpus, "", held.memory_bytes) * hours;
+  } catch (const Error& e) {  // the run's record is kept, its cost left unknown
+    cost["error"] = e.what();
+  }
+  return cost;
+}
+
 Json job_of_environment() {
   if (const char* j = std::getenv("RSUB_JOB_ID"); j && *j) return {{"backend", "rsub"}, {"id", j}};
   if (const char* s = std::getenv("SLURM_JOB_ID"); s && *s) return {{"backend", "slurm"}, {"id", s}};
@@ -213,6 +247,10 @@ Json job_of_environment() {
 RunTracker::RunTracker(const TrackOptions& o, runs::NewRun run) {
   if (!o.enabled) return;
   const auto t0 = Clock::now();
+  const double started_s = unix_now_s();  // its record, and its cost, count the setup too
+  start_ = t0;
+  price_sheet_ = o.price_sheet;
+  job_ = run.job;
   run.experiment = o.experiment.empty() ? "default" : o.experiment;
   run.name = o.name;
   run.tags = o.tags_json();
@@ -222,7 +260,7 @@ RunTracker::RunTracker(const TrackOptions& o, runs::NewRun run) {
     attached_ = true;
     store_->attach(id_, run);
   } else {
-    id_ = store_->create(run, unix_now_s());
+    id_ = store_->create(run, started_s);
   }
   provenance_ = {{"run_id", id_}, {"config_xxh3", config_digest(run.params)}, {"inputs", run.inputs}};
   last_flush_ = Clock::now();
@@ -297,6 +335,11 @@ void RunTracker::finish_run(const std::string& status, const std::string& error)
   if (!error.empty()) summary["error"] = error;
   summary["tracking_s"] = busy_s_;
   summary["tracking_setup_s"] = setup_s_;
+  HeldResources held{.seconds = since(start_),
+                     .cpus = static_cast<double>(usable_cpus()),
+                     .gpus = json_text(summary, "device", "").starts_with("cuda") ? 1.0 : 0.0,
+                     .memory_bytes = peak_rss_bytes(RUSAGE_SELF)};
+  summary["cost"] = run_cost(held, job_, price_sheet_);
   if (attached_) {  // the launcher ends the run; the trainer's summary is its to keep
     store_->set_summary(id_, summary);
     return;
@@ -304,13 +347,17 @@ void RunTracker::finish_run(const std::string& status, const std::string& error)
   store_->finish(id_, status, unix_now_s(), summary);
 }
 
-LaunchTracker::LaunchTracker(const TrackOptions& o, runs::NewRun run, std::string metrics_dir)
-    : dir_(std::move(metrics_dir)) {
+LaunchTracker::LaunchTracker(const TrackOptions& o, runs::NewRun run, std::string metrics_dir, int workers)
+    : dir_(std::move(metrics_dir)),
+      start_(Clock::now()),
+      price_sheet_(o.price_sheet),
+      job_(run.job),
+      workers_(std::max(workers, 1)) {
   run.experiment = o.experiment.empty() ? "default" : o.experiment;
   run.name = o.name;
   run.tags = o.tags_json();
   store_ = std::make_unique<runs::Store>(runs::store_path(o.project));
-  id_ = store_->create(run, unix_now_s());
+  id_ = store_->create(run, unix_now_s() - since(start_));  // started when start_ was taken
 }
 
 void LaunchTracker::read(Source& s, std::vector<runs::Metric>& metrics, Json& params) {
@@ -396,6 +443,16 @@ void LaunchTracker::finish_run(int exit_code, bool interrupted, const Json& summ
     s = parse_json(r->summary, "run store");
   if (summary.is_object()) s.update(summary);
   s["exit_code"] = exit_code;
+  // The launch held this node's cores and the GPUs it was given; its workers' memory is
+  // counted as the largest one's peak times their number.
+  double gpus = 0;
+  if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES"); v && *v)
+    gpus = 1 + static_cast<double>(std::count(v, v + std::strlen(v), ','));
+  s["cost"] = run_cost({.seconds = since(start_),
+                        .cpus = static_cast<double>(usable_cpus()),
+                        .gpus = gpus,
+                        .memory_bytes = peak_rss_bytes(RUSAGE_CHILDREN) * static_cast<std::uint64_t>(workers_)},
+                       job_, price_sheet_);
   store_->finish(id_, exit_code == 0 ? "FINISHED" : interrupted ? "KILLED" : "FAILED", unix_now_s(), s);
 }
 

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "rkit/config.hpp"
 #include "rkit/jsonl.hpp"
 #include "rkit/runs.hpp"
 #include "train_config.hpp"
@@ -34,8 +35,10 @@ struct TrackOptions {
   std::string experiment;         // --experiment ("": $RKIT_EXPERIMENT, else "default")
   std::string name;               // --run-name
   std::vector<std::string> tags;  // --tag KEY=VALUE
-  // Resolves the defaults above from the environment; Error(Usage) for a tag without '='.
-  void resolve();
+  std::string price_sheet;        // what prices the run's cost: the configured sheet ("": none)
+  // Resolves the defaults above from the environment and `config` (its price sheet, as
+  // configured_price_sheet finds it); Error(Usage) for a tag without '='.
+  void resolve(const Config& config);
   Json tags_json() const;
 };
 
@@ -64,6 +67,17 @@ runs::NewRun describe_run(const TrainConfig& config);
 Json job_of_environment();
 // The digest of a run's configuration, as checkpoints carry it.
 std::string config_digest(const Json& params);
+
+// What a run held and what that cost, as its summary's "cost" keeps it: {"backend" (the
+// price sheet's: "local", or the rsub job's, or "slurm"), "cpus" (the cores it could run
+// on), "gpus", "memory_bytes" (its peak), "hours" (wall time), "currency", "amount" (null
+// without a price sheet, or when the sheet cannot price it: then "error" says why),
+// "price_sheet"}. What the run held, not what it used, is priced, as schedulers bill.
+struct HeldResources {
+  double seconds = 0, cpus = 0, gpus = 0;
+  std::uint64_t memory_bytes = 0;
+};
+Json run_cost(const HeldResources& held, const Json& job, const std::string& price_sheet);
 
 class RunTracker {
  public:
@@ -96,8 +110,10 @@ class RunTracker {
   bool finished_ = false;
   Json provenance_, summary_;
   std::vector<runs::Metric> pending_;
-  std::chrono::steady_clock::time_point last_flush_;
+  std::chrono::steady_clock::time_point start_, last_flush_;
   double busy_s_ = 0, setup_s_ = 0;
+  std::string price_sheet_;
+  Json job_;
 };
 
 // The metrics files of run `run_id`'s workers are named PREFIX<rank>.jsonl (a --log-dir
@@ -111,7 +127,8 @@ std::string metrics_file_prefix(const std::string& run_id);
 // longer than 1 MiB is dropped.
 class LaunchTracker {
  public:
-  LaunchTracker(const TrackOptions& o, runs::NewRun run, std::string metrics_dir);
+  // `workers`: how many this node starts (its cost counts their memory).
+  LaunchTracker(const TrackOptions& o, runs::NewRun run, std::string metrics_dir, int workers);
   const std::string& id() const { return id_; }
   // Reads what the workers wrote since the last call (no more than once a second unless
   // `force`) and records it.
@@ -131,7 +148,10 @@ class LaunchTracker {
   std::unique_ptr<runs::Store> store_;
   std::string id_, dir_;
   std::map<std::string, Source> sources_;
-  std::chrono::steady_clock::time_point last_{};
+  std::chrono::steady_clock::time_point start_, last_{};
+  std::string price_sheet_;
+  Json job_;
+  int workers_ = 1;
 };
 
 }  // namespace rkit::rtrain

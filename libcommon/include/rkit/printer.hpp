@@ -18,6 +18,7 @@
 // null as "-" in tables and empty in CSV.
 #pragma once
 
+#include <deque>
 #include <functional>
 #include <ostream>
 #include <string>
@@ -43,6 +44,11 @@ class Printer {
   Printer(std::ostream& out, Format format, std::vector<Column> columns, bool streaming = false);
   ~Printer();
   void print(const Json& record);
+  // A table row given as its cells, one per column in order, already rendered (the
+  // columns' `human` is not applied): for a tool printing very many rows, which need
+  // not build a record for each (rtrain runs ls). Table format only; Error(Software)
+  // for another format or the wrong number of cells.
+  void print_cells(std::vector<std::string> cells);
   void finish();
 
   // A value rendered as a cell: strings as-is, numbers in shortest form, arrays
@@ -53,7 +59,10 @@ class Printer {
 
  private:
   const Json& lookup(const Json& record, const Column& col) const;
-  void write_table_row(const std::vector<std::string>& row);
+  void add_table_row(std::vector<std::string>& row);
+  // Appends the aligned row of cells [first, first + columns) to `line`.
+  template <typename It>
+  void append_table_row(std::string& line, It first) const;
   // Streaming output is flushed per record; a lost write throws Error(IoErr) so
   // that an endless stream stops when its reader goes away.
   void flush_checked();
@@ -64,7 +73,7 @@ class Printer {
   bool header_done_ = false;
   bool finished_ = false;
   std::vector<std::size_t> widths_;
-  std::vector<std::vector<std::string>> rows_;
+  std::deque<std::string> cells_;  // buffered table rows, columns_.size() cells each (never moved)
 };
 
 }  // namespace rkit
