@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
+#include <cstdlib>
 
 #include "rkit/error.hpp"
 #include "rkit/file.hpp"
@@ -26,6 +28,26 @@ int retry_busy(void* arg, int tries) {
     return 0;
   ::usleep(tries < 100 ? 50 : 1000);
   return 1;
+}
+
+// Root keeps a store only where no other user can reach in: every folder on the way
+// root's, none that others may write unless sticky, the store's own writable by root
+// alone. Elsewhere another user could swap the database, or its -wal and -shm files, for
+// links to files of root's. `real_dir` has no symbolic links (realpath).
+void check_root_may_use(const std::string& real_dir, std::string_view store) {
+  for (std::size_t end = 1;; end = real_dir.find('/', end + 1)) {
+    const std::string at = end == std::string::npos ? real_dir : real_dir.substr(0, end);
+    struct stat st {};
+    if (::lstat(at.c_str(), &st) != 0) throw system_error(fmt::format("{}: {}", store, at), errno);
+    const bool last = end == std::string::npos;
+    const bool others_write = (st.st_mode & (S_IWGRP | S_IWOTH)) != 0;
+    if (st.st_uid != 0 || (others_write && (last || (st.st_mode & S_ISVTX) == 0)))
+      throw Error(Exit::NoPerm,
+                  fmt::format("{}: {} is {}: root keeps no store where another user could replace its files", store,
+                              at, st.st_uid != 0 ? "another user's" : "writable by others"),
+                  "keep root's stores in root's own folders");
+    if (last) return;
+  }
 }
 
 }  // namespace
@@ -55,8 +77,24 @@ Db::Db(const std::string& path, std::string store, int version, const Migrate& m
   for (std::size_t slash = dir.find('/', 1); slash != std::string::npos; slash = dir.find('/', slash + 1))
     ::mkdir(dir.substr(0, slash).c_str(), 0700);
   if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) throw system_error("create " + dir, errno);
-  if (sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr) !=
-      SQLITE_OK) {
+  // The folder as it is now, links resolved, is where the database is opened: a link on
+  // the way cannot be pointed elsewhere between the check and the open.
+  std::string open_path = path;
+  if (::geteuid() == 0) {
+    char* real = ::realpath(dir.c_str(), nullptr);
+    if (!real) throw system_error(fmt::format("{}: {}", store_, dir), errno);
+    const std::string real_dir = real;
+    ::free(real);
+    check_root_may_use(real_dir, store_);
+    open_path = (real_dir == "/" ? real_dir : real_dir + "/") + base_name(path);
+  }
+  // The database itself is never a link (SQLITE_OPEN_NOFOLLOW).
+  struct stat link {};
+  if (::lstat(open_path.c_str(), &link) == 0 && S_ISLNK(link.st_mode))
+    throw Error(Exit::NoPerm, fmt::format("{}: {} is a symbolic link; a store must be a file", store_, path));
+  if (sqlite3_open_v2(open_path.c_str(), &db_,
+                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW,
+                      nullptr) != SQLITE_OK) {
     const std::string message = db_ ? sqlite3_errmsg(db_) : "out of memory";
     sqlite3_close(db_);
     db_ = nullptr;
@@ -65,6 +103,10 @@ Db::Db(const std::string& path, std::string store, int version, const Migrate& m
   }
   try {
     sqlite3_busy_handler(db_, retry_busy, &busy_since_);
+    // A database file is data, not code: its schema may not call functions with side
+    // effects, nor may SQL write the schema or the file's pages directly.
+    sqlite3_db_config(db_, SQLITE_DBCONFIG_DEFENSIVE, 1, nullptr);
+    sqlite3_db_config(db_, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, nullptr);
     exec("PRAGMA synchronous=NORMAL");  // per connection; WAL mode is the file's, set once below
     auto user_version = [this] {
       Stmt& v = stmt("PRAGMA user_version");

@@ -329,6 +329,23 @@ EOF
       "$RKIT_BUILD_DIR/tools/rtrain/rtrain" runs ls --project "$PWD/theirs"
     assert_one_line_stderr
   fi
+  # A store that is a link (to a file of root's, say) is refused, and the file untouched.
+  mkdir linked && echo "precious" >precious && ln -s "$PWD/precious" linked/runs.db
+  run -77 --separate-stderr rtrain run "${small[@]}" --steps 10 -q --project linked
+  assert_one_line_stderr
+  [[ $stderr == *"is a symbolic link"* ]]
+  assert_equal "$(cat precious)" "precious"
+  if [[ $(id -u) == 0 ]]; then
+    # Root keeps no store in a folder another user owns or may write: they could plant
+    # links for its -wal and -shm files. Nothing is created there.
+    mkdir -m 777 shared && mkdir user && chown 65534:65534 user
+    for d in shared user; do
+      run -77 --separate-stderr rtrain run "${small[@]}" --steps 10 -q --project "$d"
+      assert_one_line_stderr
+      [[ $stderr == *"root keeps no store where another user could replace its files"* ]]
+      assert_equal "$(ls -A "$d")" ""
+    done
+  fi
   # --no-track and RKIT_TRACK=0 keep no record.
   n=$(rtrain runs ls --json | wc -l)
   rtrain run "${small[@]}" --steps 10 -q --no-track
