@@ -248,6 +248,13 @@ EOF
     and .params["train.steps"] == 40 and .inputs[0].name == "data" and (.inputs[0].xxh3 | length) == 16
     and .metrics.loss.step == 40 and .summary.world_size == 2 and .summary.exit_code == 0
     and (.summary.weights_xxh3 | length) == 16'
+  # Two ranks are reproduced by two ranks, bitwise; by one, refused with the command to use.
+  run -64 --separate-stderr rtrain runs reproduce "$id"
+  assert_one_line_stderr
+  [[ $stderr == *"had 2 ranks: rtrain launch --nproc-per-node 2 -- rtrain runs reproduce $id"* ]]
+  run -0 rtrain launch --nproc-per-node 2 -- rtrain runs reproduce "$id" -q --json
+  sed -n 's/^\[0\]: //p' <<<"$output" | jq -e -s --arg id "$id" 'map(select(.schema == "rkit.run.reproduce.v1"))
+    | length == 1 and .[0].run_id == $id and .[0].identical == true'  # rank 0 says, as launch prefixes it
 }
 
 @test "a worker's garbage line is skipped with one warning; its good records still arrive; a failed launch is FAILED" {
