@@ -241,7 +241,9 @@ Json ModelVersion::to_json() const {
 }
 
 Store::Store(const std::string& path, bool create)
-    : db_(create ? path : existing(path), "run store", kSchemaVersion, [](sql::Db& db, int) { db.exec(kSchema); }),
+    : db_(
+          create ? path : existing(path), "run store", kSchemaVersion, [](sql::Db& db, int) { db.exec(kSchema); },
+          /*durable=*/true),  // a run's record outlives a power cut from the moment it is written
       user_(user_name(::getuid())),
       uid_(::getuid()) {}
 

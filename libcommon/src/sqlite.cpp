@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
+#include <filesystem>
 
 #include "rkit/error.hpp"
 #include "rkit/file.hpp"
@@ -33,18 +34,20 @@ int retry_busy(void* arg, int tries) {
 // Root keeps a store only where no other user can reach in: every folder on the way
 // root's, none that others may write unless sticky, the store's own writable by root
 // alone. Elsewhere another user could swap the database, or its -wal and -shm files, for
-// links to files of root's. `real_dir` has no symbolic links (realpath).
-void check_root_may_use(const std::string& real_dir, std::string_view store) {
-  for (std::size_t end = 1;; end = real_dir.find('/', end + 1)) {
-    const std::string at = end == std::string::npos ? real_dir : real_dir.substr(0, end);
+// links to files of root's. Checked for the path as given (a link on it must be root's
+// too) and for the folders it leads to (`dir` absolute).
+void check_root_may_use(const std::string& dir, std::string_view store) {
+  for (std::size_t end = 1;; end = dir.find('/', end + 1)) {
+    const std::string at = end == std::string::npos ? dir : dir.substr(0, end);
     struct stat st {};
     if (::lstat(at.c_str(), &st) != 0) throw system_error(fmt::format("{}: {}", store, at), errno);
     const bool last = end == std::string::npos;
-    const bool others_write = (st.st_mode & (S_IWGRP | S_IWOTH)) != 0;
+    // A link's own mode bits mean nothing; its owner, and where it leads, do.
+    const bool others_write = !S_ISLNK(st.st_mode) && (st.st_mode & (S_IWGRP | S_IWOTH)) != 0;
     if (st.st_uid != 0 || (others_write && (last || (st.st_mode & S_ISVTX) == 0)))
       throw Error(Exit::NoPerm,
-                  fmt::format("{}: {} is {}: root keeps no store where another user could replace its files", store,
-                              at, st.st_uid != 0 ? "another user's" : "writable by others"),
+                  fmt::format("{}: {} is {}: root keeps no store where another user could replace its files", store, at,
+                              st.st_uid != 0 ? "another user's" : "writable by others"),
                   "keep root's stores in root's own folders");
     if (last) return;
   }
@@ -69,7 +72,7 @@ Stmt::Stmt(sqlite3* db, const char* sql, std::string_view store) : db_(db), stor
 
 Stmt::~Stmt() { sqlite3_finalize(s_); }
 
-Db::Db(const std::string& path, std::string store, int version, const Migrate& migrate)
+Db::Db(const std::string& path, std::string store, int version, const Migrate& migrate, bool durable)
     : path_(path), store_(std::move(store)) {
   // The folder and its parents may not exist yet (~/.local/state on a fresh account):
   // create them, private.
@@ -85,6 +88,7 @@ Db::Db(const std::string& path, std::string store, int version, const Migrate& m
     if (!real) throw system_error(fmt::format("{}: {}", store_, dir), errno);
     const std::string real_dir = real;
     ::free(real);
+    check_root_may_use(std::filesystem::absolute(dir).lexically_normal().string(), store_);
     check_root_may_use(real_dir, store_);
     open_path = (real_dir == "/" ? real_dir : real_dir + "/") + base_name(path);
   }
@@ -107,7 +111,7 @@ Db::Db(const std::string& path, std::string store, int version, const Migrate& m
     // effects, nor may SQL write the schema or the file's pages directly.
     sqlite3_db_config(db_, SQLITE_DBCONFIG_DEFENSIVE, 1, nullptr);
     sqlite3_db_config(db_, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, nullptr);
-    exec("PRAGMA synchronous=NORMAL");  // per connection; WAL mode is the file's, set once below
+    exec(durable ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL");  // per connection; WAL is the file's
     auto user_version = [this] {
       Stmt& v = stmt("PRAGMA user_version");
       const int have = v.step() ? v.i32(0) : 0;

@@ -19,8 +19,9 @@
 // (the folder is made 0700); a project folder is shared through its file permissions,
 // as a Git repository is.
 //
-// Concurrency and durability as rkit/sqlite.hpp: any number of processes (ranks, jobs,
-// launchers) may write at once; each call is one transaction, whole or absent.
+// Concurrency as rkit/sqlite.hpp: any number of processes (ranks, jobs, launchers) may
+// write at once; each call is one transaction, whole or absent. Durable: a call that
+// returned is on disk, power cut or not (synchronous=FULL).
 #pragma once
 
 #include <cstdint>

@@ -11,7 +11,8 @@
 //   while (s.step()) use(s.i64(0));
 //
 // Durability: commits survive the death of any process (synchronous=NORMAL in WAL mode);
-// a power loss may undo the last commits before it. Concurrency: SQLite serialises
+// a power loss may undo the last commits before it, unless the store is opened durable
+// (synchronous=FULL: an fsync per commit). Concurrency: SQLite serialises
 // writers; a writer retries every 50 µs (then every ms) for up to 30 s and then throws
 // Error(TempFail). One Db per thread.
 //
@@ -128,8 +129,10 @@ class Db {
   // Opens `path` (creating it and, private (0700), the folders above it). `store` names
   // it in errors ("job store"). A database newer than `version` is Error(DataErr); an
   // older one is migrated and switched to WAL. Error(IoErr) or Error(NoPerm) when the
-  // folder or the file cannot be used.
-  Db(const std::string& path, std::string store, int version, const Migrate& migrate);
+  // folder or the file cannot be used. `durable`: each commit is on disk when it returns
+  // (synchronous=FULL, an fsync per transaction); otherwise a power cut may lose the last
+  // commits, though never corrupt the file (synchronous=NORMAL).
+  Db(const std::string& path, std::string store, int version, const Migrate& migrate, bool durable = false);
   ~Db();
   Db(const Db&) = delete;
   Db& operator=(const Db&) = delete;
