@@ -84,6 +84,37 @@ int check_schema(const Json& record, std::string_view family, int max_major, std
 
 std::string to_json_line(const Json& record) { return record.dump(-1, ' ', false, Json::error_handler_t::replace); }
 
+void append_json_string(std::string& out, std::string_view text) {
+  if (!is_utf8(text)) {
+    out += Json(std::string(text)).dump(-1, ' ', false, Json::error_handler_t::replace);
+    return;
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  out += '"';
+  std::size_t plain = 0;  // the start of the bytes not yet copied
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x20 && c != '"' && c != '\\') continue;
+    out.append(text, plain, i - plain);
+    plain = i + 1;
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\b': out += "\\b"; break;
+      case '\f': out += "\\f"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        out += "\\u00";
+        out += kHex[c >> 4];
+        out += kHex[c & 0xf];
+    }
+  }
+  out.append(text, plain, text.size() - plain);
+  out += '"';
+}
+
 bool is_utf8(std::string_view s) {
   std::size_t i = 0;
   while (i < s.size()) {

@@ -14,6 +14,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <deque>
+#include <iterator>
 #include <set>
 
 #include "rkit/config.hpp"
@@ -156,23 +157,40 @@ std::string Run::live_status() const {
 }
 
 std::string Run::to_json_line() const {
-  auto str = [](const std::string& s) { return Json(s).dump(); };
   std::string out;
-  out.reserve(256 + params.size() + metrics.size() + tags.size() + inputs.size() + outputs.size() + system.size() +
-              code.size() + summary.size());
+  append_json_line(out);
+  return out;
+}
+
+void Run::append_json_line(std::string& out) const {
+  auto num = [&out](std::optional<double> v) {  // shortest round-trip digits; null for none
+    if (v && std::isfinite(*v))
+      fmt::format_to(std::back_inserter(out), "{}", *v);
+    else
+      out += "null";
+  };
+  out.reserve(out.size() + 320 + params.size() + metrics.size() + tags.size() + inputs.size() + outputs.size() +
+              system.size() + code.size() + summary.size() + parent.size() + job.size() + command.size());
   out += R"({"schema":"rkit.run.v1","id":)";
-  out += str(id);
+  append_json_string(out, id);
   out += R"(,"experiment":)";
-  out += str(experiment);
+  append_json_string(out, experiment);
   out += R"(,"name":)";
-  out += str(name);
+  append_json_string(out, name);
   out += R"(,"status":)";
-  out += str(live_status());
+  append_json_string(out, live_status());
   out += R"(,"user":)";
-  out += str(user);
-  out += fmt::format(R"(,"uid":{},"host":{},"start_unix_s":{},"end_unix_s":{},"duration_s":{})", uid, str(host),
-                     Json(start_s).dump(), end_s ? Json(*end_s).dump() : "null",
-                     end_s ? Json(*end_s - start_s).dump() : "null");
+  append_json_string(out, user);
+  out += R"(,"uid":)";
+  fmt::format_to(std::back_inserter(out), "{}", uid);
+  out += R"(,"host":)";
+  append_json_string(out, host);
+  out += R"(,"start_unix_s":)";
+  num(start_s);
+  out += R"(,"end_unix_s":)";
+  num(end_s);
+  out += R"(,"duration_s":)";
+  num(end_s ? std::optional<double>(*end_s - start_s) : std::nullopt);
   for (const auto& [key, text] : {std::pair<const char*, const std::string*>{"params", &params},
                                   {"metrics", &metrics},
                                   {"tags", &tags},
@@ -187,10 +205,9 @@ std::string Run::to_json_line() const {
     out += ",\"";
     out += key;
     out += "\":";
-    out += text->empty() ? std::string("null") : *text;
+    out += text->empty() ? std::string_view("null") : std::string_view(*text);
   }
   out += '}';
-  return out;
 }
 
 Json Run::to_json() const { return parse_json(to_json_line(), "run store"); }

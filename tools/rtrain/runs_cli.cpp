@@ -60,11 +60,12 @@ std::string upper(std::string s) {
   return s;
 }
 
-// Writes lines to stdout in large pieces: ls of 100,000 runs is a few hundred MB of JSON.
+// Writes runs as JSON lines to stdout in large pieces: ls of 100,000 runs is a few hundred
+// MB of JSON.
 class LineWriter {
  public:
-  void line(const std::string& s) {
-    buf_ += s;
+  void line(const runs::Run& r) {
+    r.append_json_line(buf_);
     buf_ += '\n';
     if (buf_.size() > (1u << 20)) flush();
   }
@@ -156,7 +157,7 @@ int RunsCli::ls(const CommonOptions& o) {
   runs::Store store(runs::store_path(project_), /*create=*/false);
   if (o.format() == Format::Json) {
     LineWriter out;
-    store.each(f, [&](const runs::Run& r) { out.line(r.to_json_line()); });
+    store.each(f, [&](const runs::Run& r) { out.line(r); });
     out.flush();
     return 0;
   }

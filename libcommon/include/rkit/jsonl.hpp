@@ -57,6 +57,10 @@ int check_schema(const Json& record, std::string_view family, int max_major, std
 // bytes_json instead, where they must come back).
 std::string to_json_line(const Json& record);
 
+// Appends `text` as a JSON string, quoted and escaped as to_json_line writes it (bad
+// UTF-8 bytes become U+FFFD): for records spliced together from text, many at a time.
+void append_json_string(std::string& out, std::string_view text);
+
 // `record[key]` when `record` is an object and that is a string, else `fallback` (for
 // reading optional fields that may be null, absent or of another type without throwing).
 std::string json_text(const Json& record, std::string_view key, std::string_view fallback = "");

@@ -87,6 +87,7 @@ struct Run {
   std::string live_status() const;
   // The rkit.run.v1 record, as one JSON line (text spliced, nothing parsed) and as JSON.
   std::string to_json_line() const;
+  void append_json_line(std::string& out) const;  // the same, appended (no newline)
   Json to_json() const;
 };
 
