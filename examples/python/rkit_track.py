@@ -16,6 +16,8 @@ network, no service, nothing to install on a compute node.
 import json
 import math
 import os
+import re
+import stat
 import time
 
 _SCHEMA = "rkit.metric.v1"
@@ -30,9 +32,30 @@ def _file():
         _checked = True
         path = os.environ.get("RKIT_METRICS_FILE")
         if path:
-            # Not through a link someone planted in a shared --log-dir.
-            _fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+            # The launcher's private folder; still, never through a link, and never a FIFO
+            # (opened without blocking, then checked) or a file of another user's.
+            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+            try:
+                fd = os.open(path, flags, 0o600)  # a FIFO without a reader: ENXIO, at once
+            except OSError as e:
+                raise OSError(f"rkit_track: {path} is not a file of this user's ({e.strerror})") from None
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+                os.close(fd)
+                raise OSError(f"rkit_track: {path} is not a file of this user's: nothing is logged there")
+            os.set_blocking(fd, True)
+            _fd = fd
     return _fd
+
+
+_KEY = re.compile(r"[A-Za-z0-9_.\-/:]{1,256}")
+
+
+def _key(name):
+    """A metric's or parameter's name as the run store keeps it, else ValueError."""
+    if not isinstance(name, str) or not _KEY.fullmatch(name):
+        raise ValueError(f"rkit_track: {name!r}: names are 1 to 256 letters, digits and _ . - / : (ASCII)")
+    return name
 
 
 def _number(name, value):
@@ -59,13 +82,14 @@ def log(step, all_ranks=False, **metrics):
     """Records metrics (name=value) at a step (a whole number). Returns whether it wrote."""
     if isinstance(step, bool) or int(step) != step or step < 0:
         raise ValueError(f"rkit_track: step must be a whole number, 0 or more, not {step!r}")
-    values = {k: v for k, v in ((k, _number(k, v)) for k, v in metrics.items()) if v is not None}
+    values = {k: v for k, v in ((_key(k), _number(k, v)) for k, v in metrics.items()) if v is not None}
     return _write({"schema": _SCHEMA, "step": int(step), "time_unix_s": time.time(), "metrics": values}, all_ranks)
 
 
 def params(all_ranks=False, **values):
     """Records parameters (strings, numbers, booleans) into the run's configuration."""
     for k, v in values.items():
+        _key(k)
         if not isinstance(v, (str, int, float, bool)) or (isinstance(v, float) and not math.isfinite(v)):
             raise TypeError(f"rkit_track: parameter {k} must be a string, number or boolean")
     return _write({"schema": _SCHEMA, "step": 0, "time_unix_s": time.time(), "metrics": {}, "params": values},

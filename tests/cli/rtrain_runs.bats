@@ -229,9 +229,9 @@ EOF
   rtrain runs show "$id" --json | jq -e '.experiment == "ddp" and .status == "FINISHED" and .summary.exit_code == 0
     and .params["launch.nproc_per_node"] == 2 and .params.lr == 0.05 and .metrics.loss.step == 50
     and (.command | length) == 2'
-  run -0 rtrain runs metrics "$id" --key loss --json
-  assert_equal "${#lines[@]}" 50
-  # The final loss the script printed is the series' last value (rounded as it prints).
+  # Rank 0's loss at every step, 1 to 50, as the script logged it: falling as it trains.
+  rtrain runs metrics "$id" --key loss --json | jq -e -s '(map(.step) == [range(1; 51)])
+    and (map(.metrics.loss) | all(. > 0) and .[-1] < .[0] / 10)'
   # Without --track the helper writes nothing and the script runs as under torchrun.
   before=$(rtrain runs ls --json | wc -l)
   run -0 rtrain launch --nproc-per-node 2 -- /usr/bin/python3 "$RKIT_ROOT/tests/peers/ddp_train.py"
@@ -266,12 +266,34 @@ EOF
 }
 
 @test "a worker that swaps its metrics file for a FIFO or a link does not stall the launcher or its record" {
+  # The link leads to good metric lines: were it followed, they would be in the record.
+  printf '{"schema":"rkit.metric.v1","step":1,"metrics":{"planted":1}}\n' >planted.jsonl
   run -0 --separate-stderr timeout 30 rtrain launch --track --nproc-per-node 2 -- sh -c '
     if [ "$RANK" = 0 ]; then rm -f "$RKIT_METRICS_FILE"; mkfifo "$RKIT_METRICS_FILE"
-    else ln -s /etc/passwd "$RKIT_METRICS_FILE"; fi
+    else ln -s "$PWD/planted.jsonl" "$RKIT_METRICS_FILE"; fi
     sleep 2'
   id=$(last_run)
   rtrain runs show "$id" --json | jq -e '.status == "FINISHED" and .metrics == {}'
+  # The Python helper given a FIFO says so at once instead of blocking on it; a name the
+  # store cannot keep is refused, not dropped.
+  mkfifo fifo
+  run -1 --separate-stderr timeout 10 env RKIT_METRICS_FILE="$PWD/fifo" PYTHONPATH="$RKIT_ROOT/examples/python" \
+    /usr/bin/python3 -c 'import rkit_track; rkit_track.log(1, loss=1.0)'
+  [[ $stderr == *"is not a file of this user's"* ]]
+  run -1 --separate-stderr env RKIT_METRICS_FILE="$PWD/m.jsonl" PYTHONPATH="$RKIT_ROOT/examples/python" \
+    /usr/bin/python3 -c 'import rkit_track; rkit_track.log(1, **{"val loss": 1.0})'
+  [[ $stderr == *"names are 1 to 256 letters"* ]]
+}
+
+@test "a --log-dir other users may write cannot feed the record: the metrics files are in a private folder" {
+  mkdir -m 1777 logs
+  run -0 rtrain launch --track --log-dir logs --nproc-per-node 2 -- sh -c '
+    case "$RKIT_METRICS_FILE" in "$PWD/logs/"*) exit 9 ;; esac
+    [ "$(stat -c %a "$(dirname "$RKIT_METRICS_FILE")")" = 700 ] || exit 8
+    printf "{\"schema\":\"rkit.metric.v1\",\"step\":1,\"metrics\":{\"m\":$RANK}}\n" >>"$RKIT_METRICS_FILE"'
+  id=$(last_run)
+  rtrain runs show "$id" --json | jq -e '.status == "FINISHED" and .metrics.m.step == 1'
+  assert_equal "$(ls logs | grep -c metrics)" 0
 }
 
 @test "64 rtrain runs at once into one store: every record whole, none lost" {

@@ -58,6 +58,7 @@ std::vector<std::pair<std::string, std::string>> worker_env(const LaunchOptions&
   if (!run_secret.empty()) env.emplace_back("RKIT_RUN_SECRET", run_secret);
   if (!o.run_record.empty()) {
     env.emplace_back("RKIT_RUN_RECORD", o.run_record);
+    env.emplace_back("RKIT_RUN_STORE", o.run_store);
     env.emplace_back("RKIT_METRICS_FILE",
                      fmt::format("{}/{}{}.jsonl", o.metrics_dir, metrics_file_prefix(o.run_record), rank));
     if (!o.project_dir.empty()) env.emplace_back("RKIT_PROJECT_DIR", o.project_dir);
@@ -233,6 +234,12 @@ int launch(const LaunchOptions& options) {
       if (!dir.empty()) std::filesystem::remove_all(dir, ignored);
     }
   } cleanup{o.log_dir.empty() ? hb_dir : std::string()};
+  // The workers' metrics files are always in a private folder (a --log-dir may be shared:
+  // another user must not plant a file there that the record reads, or a FIFO a worker
+  // blocks on). They are copied into the record as they come, so the folder goes at the end.
+  const bool tracking = o.track.enabled && o.node_rank == 0;
+  Cleanup metrics_cleanup{tracking && !o.log_dir.empty() ? private_dir(run_id + "-metrics", o.node_rank) : ""};
+  const std::string metrics_dir = metrics_cleanup.dir.empty() ? hb_dir : metrics_cleanup.dir;
   const UniqueFd hb_fd(::open(hb_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!hb_fd) throw system_error("open " + hb_dir, errno);
   if (!o.ckpt_dir.empty()) {
@@ -241,7 +248,7 @@ int launch(const LaunchOptions& options) {
   }
   // The run's record, on node 0: the workers' metrics files sit beside their heartbeats.
   std::optional<LaunchTracker> tracker;
-  if (o.track.enabled && o.node_rank == 0) {
+  if (tracking) {
     runs::NewRun d;
     d.params = {
         {"launch.nproc_per_node", o.nproc}, {"launch.nnodes", o.nnodes}, {"launch.max_restarts", o.max_restarts}};
@@ -249,9 +256,10 @@ int launch(const LaunchOptions& options) {
     d.code = code_revision(std::filesystem::current_path().string());
     d.system = system_facts();
     d.job = job_of_environment();
-    tracker.emplace(o.track, std::move(d), hb_dir, o.nproc);
+    tracker.emplace(o.track, std::move(d), metrics_dir, o.nproc);
     o.run_record = tracker->id();
-    o.metrics_dir = hb_dir;
+    o.run_store = tracker->store_path();
+    o.metrics_dir = metrics_dir;
     if (!o.track.project.empty()) o.project_dir = std::filesystem::absolute(o.track.project).string();
   }
   Run run{o, run_id, hb_dir, hb_fd.get(), secret, Events(o.events_path), {}, {}};

@@ -58,8 +58,9 @@ struct LaunchOptions {
     return t;
   }();
   // Set by launch() when tracking: what the workers' environment names (RKIT_RUN_RECORD,
-  // RKIT_METRICS_FILE in metrics_dir, RKIT_PROJECT_DIR).
-  std::string run_record, metrics_dir, project_dir;
+  // RKIT_RUN_STORE, the database holding it; RKIT_METRICS_FILE in metrics_dir, a private
+  // folder; RKIT_PROJECT_DIR).
+  std::string run_record, run_store, metrics_dir, project_dir;
 };
 
 // Workers per node, and in all (kMaxNproc × the most nodes, 4096).

@@ -254,8 +254,12 @@ RunTracker::RunTracker(const TrackOptions& o, runs::NewRun run) {
   run.experiment = o.experiment.empty() ? "default" : o.experiment;
   run.name = o.name;
   run.tags = o.tags_json();
-  store_ = std::make_unique<runs::Store>(runs::store_path(o.project));
-  if (const char* attached = std::getenv("RKIT_RUN_RECORD"); attached && *attached) {
+  const char* attached = std::getenv("RKIT_RUN_RECORD");
+  const char* launcher_store = std::getenv("RKIT_RUN_STORE");  // the launcher's, whatever --project says here
+  const bool attach = attached && *attached;
+  store_ = std::make_unique<runs::Store>(attach && launcher_store && *launcher_store ? std::string(launcher_store)
+                                                                                     : runs::store_path(o.project));
+  if (attach) {
     id_ = attached;
     attached_ = true;
     store_->attach(id_, run);
@@ -353,11 +357,14 @@ LaunchTracker::LaunchTracker(const TrackOptions& o, runs::NewRun run, std::strin
       price_sheet_(o.price_sheet),
       job_(run.job),
       workers_(std::max(workers, 1)) {
+  // The files of this node's ranks, and no others.
   run.experiment = o.experiment.empty() ? "default" : o.experiment;
   run.name = o.name;
   run.tags = o.tags_json();
   store_ = std::make_unique<runs::Store>(runs::store_path(o.project));
   id_ = store_->create(run, unix_now_s() - since(start_));  // started when start_ was taken
+  for (int rank = 0; rank < workers_; ++rank)
+    sources_[rank].path = fmt::format("{}/{}{}.jsonl", dir_, metrics_file_prefix(id_), rank);
 }
 
 void LaunchTracker::read(Source& s, std::vector<runs::Metric>& metrics, Json& params) {
@@ -366,7 +373,8 @@ void LaunchTracker::read(Source& s, std::vector<runs::Metric>& metrics, Json& pa
   const int fd = ::open(s.path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0) return;
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {  // a FIFO or device is no metrics file
+  // A FIFO or device is no metrics file, nor is another user's.
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid()) {
     ::close(fd);
     return;
   }
@@ -408,12 +416,6 @@ void LaunchTracker::poll(bool force) noexcept {
   if (!store_ || (!force && since(last_) < 1.0)) return;
   last_ = Clock::now();
   try {
-    std::error_code ec;
-    const std::string prefix = metrics_file_prefix(id_);
-    for (const auto& entry : std::filesystem::directory_iterator(dir_, ec)) {
-      const std::string name = entry.path().filename().string();
-      if (name.starts_with(prefix) && name.ends_with(".jsonl")) sources_[name].path = entry.path().string();
-    }
     std::vector<runs::Metric> metrics;
     Json params = Json::object();
     for (auto& [_, s] : sources_) read(s, metrics, params);

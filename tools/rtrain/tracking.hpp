@@ -130,6 +130,7 @@ class LaunchTracker {
   // `workers`: how many this node starts (its cost counts their memory).
   LaunchTracker(const TrackOptions& o, runs::NewRun run, std::string metrics_dir, int workers);
   const std::string& id() const { return id_; }
+  const std::string& store_path() const { return store_->path(); }  // RKIT_RUN_STORE for the workers
   // Reads what the workers wrote since the last call (no more than once a second unless
   // `force`) and records it.
   void poll(bool force = false) noexcept;
@@ -147,7 +148,7 @@ class LaunchTracker {
   void finish_run(int exit_code, bool interrupted, const Json& summary);
   std::unique_ptr<runs::Store> store_;
   std::string id_, dir_;
-  std::map<std::string, Source> sources_;
+  std::map<int, Source> sources_;  // by local rank
   std::chrono::steady_clock::time_point start_, last_{};
   std::string price_sheet_;
   Json job_;
