@@ -4,6 +4,7 @@
 #define XXH_INLINE_ALL
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -17,8 +18,16 @@
 namespace rkit {
 
 FileDigest digest_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // Not blocking on a FIFO's open, and then refusing it: a digest reads files, not streams
+  // (reading one would take its data from whoever reads it next).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) throw system_error("open " + path, errno);
+  struct stat info {};
+  if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
+    ::close(fd);
+    throw Error(Exit::DataErr, fmt::format("{}: not a regular file, so it has no digest", path));
+  }
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> st(XXH3_createState(), XXH3_freeState);
   if (!st) {
     ::close(fd);

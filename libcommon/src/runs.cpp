@@ -176,7 +176,10 @@ void Run::append_json_line(std::string& out) const {
   out += R"(,"experiment":)";
   append_json_string(out, experiment);
   out += R"(,"name":)";
-  append_json_string(out, name);
+  if (name.empty())
+    out += "null";  // none given
+  else
+    append_json_string(out, name);
   out += R"(,"status":)";
   append_json_string(out, live_status());
   out += R"(,"user":)";
@@ -260,7 +263,9 @@ Json ModelVersion::to_json() const {
 Store::Store(const std::string& path, bool create)
     : db_(
           create ? path : existing(path), "run store", kSchemaVersion, [](sql::Db& db, int) { db.exec(kSchema); },
-          /*durable=*/true),  // a run's record outlives a power cut from the moment it is written
+          // A run's record outlives a power cut from the moment it is written; a reader
+          // leaves a database that is no run store as it found it.
+          sql::Db::Options{.durable = true, .create = create}),
       user_(user_name(::getuid())),
       uid_(::getuid()) {}
 
@@ -494,6 +499,10 @@ void Store::each(const Filter& f, const std::function<void(const Run&)>& fn) {
     return fmt::format("(SELECT last FROM latest WHERE run = r.id AND key = '{}')", key);
   };
   auto add = [&](const Condition& c, bool param) {
+    // Spliced into the SQL below: only what parse_condition makes may pass.
+    static const std::set<std::string> kOps = {"=", "!=", "<", "<=", ">", ">="};
+    if (!valid_key(c.key) || !kOps.contains(c.op) || !(c.value.is_number() || c.value.is_string()))
+      throw Error(Exit::Usage, fmt::format("'{}{}': not a condition this store can test", c.key, c.op));
     where += fmt::format(" AND {} {} ?", param ? param_of(c.key) : metric_of(c.key), c.op);
     binds.emplace_back([&c](sql::Stmt& s) {
       if (c.value.is_number())

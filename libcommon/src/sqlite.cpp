@@ -35,8 +35,9 @@ int retry_busy(void* arg, int tries) {
 // root's, none that others may write unless sticky, the store's own writable by root
 // alone. Elsewhere another user could swap the database, or its -wal and -shm files, for
 // links to files of root's. Checked for the path as given (a link on it must be root's
-// too) and for the folders it leads to (`dir` absolute).
-void check_root_may_use(const std::string& dir, std::string_view store) {
+// too) and for the folders it leads to (`dir` absolute). `store_dir`: `dir` is the
+// store's own folder, not one to make it in.
+void check_root_may_use(const std::string& dir, std::string_view store, bool store_dir) {
   for (std::size_t end = 1;; end = dir.find('/', end + 1)) {
     const std::string at = end == std::string::npos ? dir : dir.substr(0, end);
     struct stat st {};
@@ -44,7 +45,7 @@ void check_root_may_use(const std::string& dir, std::string_view store) {
     const bool last = end == std::string::npos;
     // A link's own mode bits mean nothing; its owner, and where it leads, do.
     const bool others_write = !S_ISLNK(st.st_mode) && (st.st_mode & (S_IWGRP | S_IWOTH)) != 0;
-    if (st.st_uid != 0 || (others_write && (last || (st.st_mode & S_ISVTX) == 0)))
+    if (st.st_uid != 0 || (others_write && ((last && store_dir) || (st.st_mode & S_ISVTX) == 0)))
       throw Error(Exit::NoPerm,
                   fmt::format("{}: {} is {}: root keeps no store where another user could replace its files", store, at,
                               st.st_uid != 0 ? "another user's" : "writable by others"),
@@ -72,24 +73,35 @@ Stmt::Stmt(sqlite3* db, const char* sql, std::string_view store) : db_(db), stor
 
 Stmt::~Stmt() { sqlite3_finalize(s_); }
 
-Db::Db(const std::string& path, std::string store, int version, const Migrate& migrate, bool durable)
+Db::Db(const std::string& path, std::string store, int version, const Migrate& migrate, const Options& options)
     : path_(path), store_(std::move(store)) {
   // The folder and its parents may not exist yet (~/.local/state on a fresh account):
   // create them, private.
   const std::string dir = parent_dir(path);
+  const bool root = ::geteuid() == 0;
+  auto check_as_root = [&](const std::string& d, bool store_dir) {  // the path as given, then as it resolves
+    char* real = ::realpath(d.c_str(), nullptr);
+    if (!real) throw system_error(fmt::format("{}: {}", store_, d), errno);
+    const std::string real_dir = real;
+    ::free(real);
+    check_root_may_use(std::filesystem::absolute(d).lexically_normal().string(), store_, store_dir);
+    check_root_may_use(real_dir, store_, store_dir);
+    return real_dir;
+  };
+  if (root) {  // before root makes any folder: where it would make them must be root's alone
+    std::string base = dir;
+    struct stat st {};
+    while (::stat(base.c_str(), &st) != 0 && base != "/" && base != ".") base = parent_dir(base);
+    if (base != dir) check_as_root(base, /*store_dir=*/false);
+  }
   for (std::size_t slash = dir.find('/', 1); slash != std::string::npos; slash = dir.find('/', slash + 1))
     ::mkdir(dir.substr(0, slash).c_str(), 0700);
   if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) throw system_error("create " + dir, errno);
   // The folder as it is now, links resolved, is where the database is opened: a link on
   // the way cannot be pointed elsewhere between the check and the open.
   std::string open_path = path;
-  if (::geteuid() == 0) {
-    char* real = ::realpath(dir.c_str(), nullptr);
-    if (!real) throw system_error(fmt::format("{}: {}", store_, dir), errno);
-    const std::string real_dir = real;
-    ::free(real);
-    check_root_may_use(std::filesystem::absolute(dir).lexically_normal().string(), store_);
-    check_root_may_use(real_dir, store_);
+  if (root) {
+    const std::string real_dir = check_as_root(dir, /*store_dir=*/true);
     open_path = (real_dir == "/" ? real_dir : real_dir + "/") + base_name(path);
   }
   // The database itself is never a link (SQLITE_OPEN_NOFOLLOW).
@@ -111,7 +123,8 @@ Db::Db(const std::string& path, std::string store, int version, const Migrate& m
     // effects, nor may SQL write the schema or the file's pages directly.
     sqlite3_db_config(db_, SQLITE_DBCONFIG_DEFENSIVE, 1, nullptr);
     sqlite3_db_config(db_, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, nullptr);
-    exec(durable ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL");  // per connection; WAL is the file's
+    exec(options.durable ? "PRAGMA synchronous=FULL"
+                         : "PRAGMA synchronous=NORMAL");  // per connection; WAL is the file's
     auto user_version = [this] {
       Stmt& v = stmt("PRAGMA user_version");
       const int have = v.step() ? v.i32(0) : 0;
@@ -124,6 +137,8 @@ Db::Db(const std::string& path, std::string store, int version, const Migrate& m
           Exit::DataErr,
           fmt::format("{} {}: schema version {} is newer than this program's ({})", store_, path, have, version),
           "use the rkit that created it");
+    if (have == 0 && !options.create)
+      throw Error(Exit::DataErr, fmt::format("{} {}: not a {} (it has no schema of rkit's)", store_, path, store_));
     if (have < version) {
       // Switching a new database to WAL takes a lock that SQLite does not wait for, so
       // processes that create the store at the same moment retry here.

@@ -259,10 +259,13 @@ EOF
 
 @test "a worker's garbage line is skipped with one warning; its good records still arrive; a failed launch is FAILED" {
   run -1 --separate-stderr rtrain launch --track -- sh -c \
-    'printf "%s\n" "{\"schema\":\"rkit.metric.v1\",\"step\":1,\"metrics\":{\"m\":1}}" "not json" "{\"schema\":\"rkit.metric.v1\",\"step\":2,\"metrics\":{\"m\":2}}" >>"$RKIT_METRICS_FILE"; exit 1'
+    'printf "%s\n" "{\"schema\":\"rkit.metric.v1\",\"step\":1,\"metrics\":{\"m\":1}}" "not json" "{\"schema\":\"rkit.metric.v1\",\"step\":2,\"metrics\":{\"m\":2,\"train/loss\":3}}" >>"$RKIT_METRICS_FILE"; exit 1'
   [[ $(grep -c "not an rkit.metric.v1 record" <<<"$stderr") == 1 ]]
   id=$(last_run)
   rtrain runs show "$id" --json | jq -e '.status == "FAILED" and .summary.exit_code == 1 and .metrics.m.last == 2'
+  # A key with a slash is one metric, in its column.
+  run -0 rtrain runs metrics "$id" --key train/loss
+  assert_line --regexp '^2 +3$'
 }
 
 @test "a worker that swaps its metrics file for a FIFO or a link does not stall the launcher or its record" {
@@ -351,6 +354,29 @@ EOF
   run -65 --separate-stderr rtrain runs ls --project bad
   assert_one_line_stderr
   assert_equal "$(cat bad/runs.db)" "not a database"
+  # An empty file, or another program's SQLite database, is no run store: a reader says
+  # so (65) and leaves it as it was.
+  mkdir empty && : >empty/runs.db
+  run -65 --separate-stderr rtrain runs ls --project empty
+  assert_one_line_stderr
+  [[ $stderr == *"not a run store"* ]]
+  assert_equal "$(stat -c %s empty/runs.db)" 0
+  assert_equal "$(ls empty)" "runs.db"
+  run -64 --separate-stderr rtrain runs ls --last 0
+  assert_one_line_stderr
+  # A record whose git diff failed (dirty unknown) still shows; reproduce refuses it.
+  /usr/bin/python3 - "$RKIT_STATE_DIR/runs/runs.db" "$(last_run)" <<'EOF'
+import json, sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+db.execute("UPDATE run_texts SET code = ? WHERE run = (SELECT id FROM runs WHERE run_id = ?)",
+           (json.dumps({"repo": "/nowhere", "commit": "abc", "branch": None, "dirty": None, "diff_xxh3": None}), sys.argv[2]))
+db.commit()
+EOF
+  run -0 rtrain runs show "$(last_run)"
+  assert_line --regexp '^  code      /nowhere at abc$'
+  run -65 --separate-stderr rtrain runs reproduce "$(last_run)"
+  assert_one_line_stderr
+  [[ $stderr == *"revision unknown"* ]]
   # A store another user's folder holds: the kernel's permissions decide (77).
   if [[ $(id -u) == 0 ]]; then
     mkdir -m 700 theirs  # root's
@@ -368,11 +394,11 @@ EOF
     # Root keeps no store in a folder another user owns or may write: they could plant
     # links for its -wal and -shm files. Nothing is created there.
     mkdir -m 777 shared && mkdir user && chown 65534:65534 user
-    for d in shared user; do
+    for d in shared user shared/new user/new/deeper; do
       run -77 --separate-stderr rtrain run "${small[@]}" --steps 10 -q --project "$d"
       assert_one_line_stderr
       [[ $stderr == *"root keeps no store where another user could replace its files"* ]]
-      assert_equal "$(ls -A "$d")" ""
+      assert_equal "$(ls -A "${d%%/*}")" ""  # not even the folders on the way
     done
   fi
   # --no-track and RKIT_TRACK=0 keep no record.

@@ -130,6 +130,16 @@ TEST(RunStore, FiltersOnExperimentTagsParamsAndFinalMetrics) {
   f = {};
   f.params.push_back(parse_condition("model.activation=x' OR '1'='1", "--param"));
   EXPECT_TRUE(list(f).empty());
+  // Keys and operators are spliced into the SQL: each() takes only what parse_condition makes.
+  for (const auto& [key, op] : std::vector<std::pair<std::string, std::string>>{
+           {"train.lr", "= 1 OR 1 ="}, {"x') OR ('1", "="}, {"train.lr", "LIKE"}}) {
+    f = {};
+    f.params.push_back({key, op, 1.0});
+    EXPECT_THROW(list(f), Error) << key << " " << op;
+    f = {};
+    f.metrics.push_back({key, op, 1.0});
+    EXPECT_THROW(list(f), Error) << key << " " << op;
+  }
   EXPECT_THROW(parse_condition("lr", "--param"), Error);
   EXPECT_THROW(parse_condition("a\"b=1", "--param"), Error);
 }

@@ -36,8 +36,22 @@ TEST(SqliteDb, DurableCommitsAreSynchronousFull) {
   testing::TempDir dir;
   Db normal(dir.file("a.db"), "test store", 1, schema);
   EXPECT_EQ(synchronous(normal), 1);  // NORMAL
-  Db durable(dir.file("b.db"), "test store", 1, schema, /*durable=*/true);
+  Db durable(dir.file("b.db"), "test store", 1, schema, Db::Options{.durable = true});
   EXPECT_EQ(synchronous(durable), 2);  // FULL
+}
+
+// A reader given an empty file or another program's database refuses it and leaves it
+// as it was: no tables added, not switched to WAL.
+TEST(SqliteDb, AReaderLeavesADatabaseWithoutItsSchemaAlone) {
+  testing::TempDir dir;
+  testing::write(dir.file("empty.db"), "");
+  EXPECT_EQ(code_of([&] { Db db(dir.file("empty.db"), "test store", 1, schema, Db::Options{.create = false}); }),
+            Exit::DataErr);
+  EXPECT_EQ(std::filesystem::file_size(dir.file("empty.db")), 0u);
+  EXPECT_FALSE(std::filesystem::exists(dir.file("empty.db-wal")));
+  { Db made(dir.file("ok.db"), "test store", 1, schema); }
+  EXPECT_EQ(code_of([&] { Db db(dir.file("ok.db"), "test store", 1, schema, Db::Options{.create = false}); }),
+            Exit::Ok);
 }
 
 TEST(SqliteDb, ADatabaseThatIsALinkIsRefusedAndItsTargetUntouched) {

@@ -104,7 +104,9 @@ RunsCli::RunsCli(Tool& tool) : tool_(tool) {
       ->type_name("COND");
   ls_->add_option("--metric", metric_filters_, "Only runs whose final metric passes: eval_loss<0.5 (repeatable)")
       ->type_name("COND");
-  ls_->add_option("--last", last_, "Only the newest N")->type_name("N");
+  ls_->add_option("--last", last_, "Only the newest N")
+      ->type_name("N")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 40));
   ls_->add_option("--show-metric", show_metrics_, "Final metrics to show as columns (default loss, eval_loss)")
       ->type_name("KEY")
       ->delimiter(',');
@@ -214,9 +216,10 @@ int RunsCli::show(const CommonOptions& o) {
                       r.end_s ? "took " + seconds(j.at("duration_s")) : "still running");
   const Json& code = j.at("code");
   if (code.is_object() && code.value("commit", Json()).is_string())
-    text += fmt::format("  code      {} at {}{}{}\n", json_text(code, "repo", "?"), json_text(code, "commit", "?"),
-                        code.value("branch", Json()).is_string() ? " (" + code["branch"].get<std::string>() + ")" : "",
-                        code.value("dirty", false) ? ", with uncommitted changes " + json_text(code, "diff_xxh3") : "");
+    text += fmt::format(
+        "  code      {} at {}{}{}\n", json_text(code, "repo", "?"), json_text(code, "commit", "?"),
+        code.value("branch", Json()).is_string() ? " (" + code["branch"].get<std::string>() + ")" : "",
+        code.value("dirty", Json()) == true ? ", with uncommitted changes " + json_text(code, "diff_xxh3") : "");
   if (j.at("job").is_object())
     text += fmt::format("  job       {} {}\n", json_text(j["job"], "backend", "?"), json_text(j["job"], "id", "?"));
   if (const Json& summary = j.at("summary"); summary.is_object() && summary.value("cost", Json()).is_object()) {
@@ -290,7 +293,8 @@ int RunsCli::metrics(const CommonOptions& o) {
     keys.insert(m.key);
   }
   std::vector<Column> cols = {{"STEP", "step"}};
-  for (const std::string& k : keys) cols.push_back({upper(k), "/metrics/" + k, number});
+  for (const std::string& k : keys)  // a JSON pointer: "train/loss" is one key, not two
+    cols.push_back({upper(k), (Json::json_pointer("/metrics") / k).to_string(), number});
   Printer out(std::cout, o.format(), cols);
   for (const auto& [step, rec] : by_step) out.print(rec);
   out.finish();

@@ -130,10 +130,18 @@ Json TrackOptions::tags_json() const {
 }
 
 Json code_revision(const std::string& dir) {
-  const auto top = git(dir, {"rev-parse", "--show-toplevel"});
-  if (!top) return nullptr;
-  Json code{
-      {"repo", first_line(*top)}, {"commit", nullptr}, {"branch", nullptr}, {"dirty", false}, {"diff_xxh3", nullptr}};
+  const auto found = git(dir, {"rev-parse", "--show-toplevel", "--absolute-git-dir"});
+  if (!found) return nullptr;
+  // git looks for the repository above `dir` too: it and its .git must be this user's
+  // (another user's could run their filters and hooks as this one; git 2.35.2 refuses
+  // them too, as "dubious ownership").
+  const std::string top = first_line(*found),
+                    git_dir = first_line(found->substr(std::min(found->size(), top.size() + 1)));
+  for (const std::string& d : {top, git_dir}) {
+    struct stat st {};
+    if (d.empty() || ::stat(d.c_str(), &st) != 0 || st.st_uid != ::getuid()) return nullptr;
+  }
+  Json code{{"repo", top}, {"commit", nullptr}, {"branch", nullptr}, {"dirty", false}, {"diff_xxh3", nullptr}};
   if (const auto head = git(dir, {"rev-parse", "--verify", "-q", "HEAD"})) code["commit"] = first_line(*head);
   if (const auto branch = git(dir, {"symbolic-ref", "--short", "-q", "HEAD"})) code["branch"] = first_line(*branch);
   if (code["commit"].is_string()) {
@@ -322,10 +330,10 @@ void RunTracker::flush() {
 
 void RunTracker::finish(const std::string& status, const std::string& error) noexcept {
   if (!store_ || finished_) return;
+  finished_ = true;  // once: a record that could not be ended is not ended FAILED later
   try {
     finish_run(status, error);
-    finished_ = true;
-  } catch (const Error& e) {
+  } catch (const std::exception& e) {
     warn("rtrain", fmt::format("run {}: its record could not be ended: {}", id_, e.what()), std::cerr);
   } catch (...) {
   }

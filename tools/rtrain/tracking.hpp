@@ -95,7 +95,9 @@ class RunTracker {
   void record(const Json& event);
   // Writes what is buffered and ends the run (FINISHED, FAILED or KILLED), with the
   // summary seen (and `error`, when given) and the time recording took.
-  // A store that fails stops the recording with one warning; it never stops training.
+  // A store that fails once the run has started stops the recording with one warning; it
+  // never stops training. One that cannot take the run at its start (a link, a folder
+  // root may not use, no store to attach to) is the constructor's Error: nothing has run.
   void finish(const std::string& status, const std::string& error = "") noexcept;
   // Seconds spent recording metrics and outputs (the per-step cost), and setting up.
   double busy_s() const { return busy_s_; }

@@ -19,7 +19,8 @@ struct FileDigest {
 };
 
 // Reads the whole file. Error(NoInput) when it is missing, Error(NoPerm) when it may not
-// be read, Error(IoErr) when reading fails; Ctrl-C interrupts (check_interrupted).
+// be read, Error(DataErr) when it is no regular file (a FIFO, a device), Error(IoErr) when
+// reading fails; Ctrl-C interrupts (check_interrupted).
 FileDigest digest_file(const std::string& path);
 std::uint64_t digest_bytes(std::string_view bytes);
 // "0123456789abcdef": 16 lower-case hex digits.

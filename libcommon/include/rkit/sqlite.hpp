@@ -129,10 +129,19 @@ class Db {
   // Opens `path` (creating it and, private (0700), the folders above it). `store` names
   // it in errors ("job store"). A database newer than `version` is Error(DataErr); an
   // older one is migrated and switched to WAL. Error(IoErr) or Error(NoPerm) when the
-  // folder or the file cannot be used. `durable`: each commit is on disk when it returns
-  // (synchronous=FULL, an fsync per transaction); otherwise a power cut may lose the last
-  // commits, though never corrupt the file (synchronous=NORMAL).
-  Db(const std::string& path, std::string store, int version, const Migrate& migrate, bool durable = false);
+  // folder or the file cannot be used.
+  struct Options {
+    // Each commit is on disk when it returns (synchronous=FULL, an fsync per transaction);
+    // otherwise a power cut may lose the last commits, though never corrupt the file
+    // (synchronous=NORMAL).
+    bool durable = false;
+    // False for a reader: a database without this store's schema (an empty file, another
+    // program's) is Error(DataErr) "not a <store>", left as it was.
+    bool create = true;
+  };
+  Db(const std::string& path, std::string store, int version, const Migrate& migrate, const Options& options);
+  Db(const std::string& path, std::string store, int version, const Migrate& migrate)
+      : Db(path, std::move(store), version, migrate, Options{}) {}
   ~Db();
   Db(const Db&) = delete;
   Db& operator=(const Db&) = delete;
