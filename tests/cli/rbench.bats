@@ -39,6 +39,13 @@ teardown() {
   [[ "$stderr" == *"cpu.stream"* ]]
 }
 
+@test "train.mlp --quick: rtrain run's samples/s, checked, and no record left in the run store" {
+  run --separate-stderr rbench run train.mlp --quick --reps 1 --warmup 0 --json
+  assert_success
+  jq -e -s 'length == 1 and .[0].suite == "train.mlp" and .[0].correct == true and .[0].median > 0' <<<"$output"
+  assert [ ! -e "$RKIT_STATE_DIR/runs/runs.db" ]
+}
+
 @test "-o writes the records to a file as well" {
   run rbench run cpu.stream --quick --reps 1 -o out.jsonl -q
   assert_success

@@ -70,7 +70,8 @@ class TrainMlp : public Suite {
               "--device",
               device_,
               "--threads",
-              std::to_string(threads)};
+              std::to_string(threads),
+              "--no-track"};  // a measurement, not an experiment: nothing in the user's run store
     o.out = Redirect::pipe();
     o.err = Redirect::pipe();
     RunResult r = rkit::run(o);
