@@ -354,8 +354,10 @@ std::int64_t Store::row_of(const std::string& id) {
   return s.i64(0);
 }
 
-void Store::log(const std::string& id, const std::vector<Metric>& metrics, const Json& params) {
+std::size_t Store::log(const std::string& id, const std::vector<Metric>& metrics, const Json& params) {
+  std::size_t dropped = 0;
   db_.transaction([&] {
+    dropped = 0;  // a transaction retried counts again
     sql::Stmt& r =
         db_.stmt("SELECT r.id, t.final, t.params FROM runs r JOIN run_texts t ON t.run = r.id WHERE r.run_id = ?");
     std::int64_t row = 0;
@@ -370,7 +372,11 @@ void Store::log(const std::string& id, const std::vector<Metric>& metrics, const
     sql::Stmt& ins = db_.stmt("INSERT INTO metrics(run, key, step, value, time_s) VALUES (?, ?, ?, ?, ?)");
     std::set<std::string> changed;
     for (const Metric& m : metrics) {
-      if (!std::isfinite(m.value) || !valid_key(m.key)) continue;  // NaN is no measurement
+      if (!std::isfinite(m.value) || !valid_key(m.key)) continue;      // NaN is no measurement
+      if (final.size() >= kMaxMetricKeys && !final.contains(m.key)) {  // the record stays bounded
+        ++dropped;
+        continue;
+      }
       ins.reset().bind(row).bind(m.key).bind(m.step).bind(m.value).bind(m.time_s).run();
       changed.insert(m.key);
       Json& e = final[m.key];
@@ -400,6 +406,7 @@ void Store::log(const std::string& id, const std::vector<Metric>& metrics, const
     for (const std::string& key : changed)
       last.reset().bind(row).bind(key).bind(final[key]["last"].get<double>()).run();
   });
+  return dropped;
 }
 
 void Store::edit_json(const std::string& id, const char* select_sql, const char* update_sql,

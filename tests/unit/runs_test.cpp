@@ -55,6 +55,21 @@ TEST(RunStore, RecordsMetricsAndKeepsLastMinMax) {
   EXPECT_EQ(loss[2].value, 0.5);
 }
 
+// A worker logging a new key every step cannot grow a record without bound.
+TEST(RunStore, KeepsAtMostItsLimitOfMetricKeys) {
+  testing::TempDir dir;
+  Store s(dir.path() + "/runs.db");
+  const std::string id = s.create(run_of("keys", 0.1), kT0);
+  std::vector<Metric> many;
+  for (std::size_t k = 0; k < Store::kMaxMetricKeys + 5; ++k) many.push_back({fmt::format("m{}", k), 1, 1.0, kT0});
+  EXPECT_EQ(s.log(id, many), 5u);
+  EXPECT_EQ(s.log(id, {{"m0", 2, 2.0, kT0}, {"new", 2, 2.0, kT0}}), 1u);  // known keys go on
+  const Json j = s.find(id)->to_json();
+  EXPECT_EQ(j.at("metrics").size(), Store::kMaxMetricKeys);
+  EXPECT_EQ(j.at("metrics").at("m0").at("last"), 2.0);
+  EXPECT_FALSE(j.at("metrics").contains("new"));
+}
+
 TEST(RunStore, NotANumberIsNoMeasurement) {
   testing::TempDir dir;
   Store s(dir.path() + "/runs.db");

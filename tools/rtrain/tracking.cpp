@@ -77,6 +77,16 @@ std::string absolute(const std::string& path) {
   return path.empty() ? path : std::filesystem::absolute(path).lexically_normal().string();
 }
 
+// One warning per run when the store dropped metrics beyond its limit of keys.
+void warn_dropped(std::size_t dropped, const std::string& id, bool& warned) {
+  if (dropped == 0 || warned) return;
+  warned = true;
+  warn("rtrain",
+       fmt::format("run {}: a run keeps at most {} metrics; values of further ones are not recorded", id,
+                   runs::Store::kMaxMetricKeys),
+       std::cerr);
+}
+
 // A numeric field of an event record, as a metric.
 void add_metrics(const Json& event, std::vector<runs::Metric>& out) {
   const std::int64_t step = event.value("step", std::int64_t{0});
@@ -323,7 +333,7 @@ void RunTracker::record_one(const Json& event) {
 }
 
 void RunTracker::flush() {
-  if (!pending_.empty()) store_->log(id_, pending_);
+  if (!pending_.empty()) warn_dropped(store_->log(id_, pending_), id_, dropped_warned_);
   pending_.clear();
   last_flush_ = Clock::now();
 }
@@ -427,7 +437,7 @@ void LaunchTracker::poll(bool force) noexcept {
     std::vector<runs::Metric> metrics;
     Json params = Json::object();
     for (auto& [_, s] : sources_) read(s, metrics, params);
-    if (!metrics.empty() || !params.empty()) store_->log(id_, metrics, params);
+    if (!metrics.empty() || !params.empty()) warn_dropped(store_->log(id_, metrics, params), id_, dropped_warned_);
   } catch (const std::exception& e) {  // the record is lost, the training is not
     warn("rtrain", fmt::format("run {}: recording stops: {}", id_, e.what()), std::cerr);
     store_.reset();

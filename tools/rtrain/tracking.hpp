@@ -116,6 +116,7 @@ class RunTracker {
   double busy_s_ = 0, setup_s_ = 0;
   std::string price_sheet_;
   Json job_;
+  bool dropped_warned_ = false;
 };
 
 // The metrics files of run `run_id`'s workers are named PREFIX<rank>.jsonl (a --log-dir
@@ -155,6 +156,7 @@ class LaunchTracker {
   std::string price_sheet_;
   Json job_;
   int workers_ = 1;
+  bool dropped_warned_ = false;
 };
 
 }  // namespace rkit::rtrain

@@ -148,8 +148,11 @@ class Store {
   // run has none. Error(NoInput) for an unknown run.
   void attach(const std::string& id, const NewRun& run);
   // Appends metrics (and merges `params`, an object, into the run's), in one
-  // transaction. Error(NoInput) for an unknown run.
-  void log(const std::string& id, const std::vector<Metric>& metrics, const Json& params = Json());
+  // transaction. A run keeps at most kMaxMetricKeys metrics: values of further keys are
+  // dropped, and their number returned (0 when all were kept), for the caller to warn.
+  // Error(NoInput) for an unknown run.
+  static constexpr std::size_t kMaxMetricKeys = 1000;
+  std::size_t log(const std::string& id, const std::vector<Metric>& metrics, const Json& params = Json());
   // Appends an output: {"kind": "checkpoint"|"weights", "path", "step", "bytes", "xxh3"}.
   void add_output(const std::string& id, const Json& output);
   // Sets tags (string values) on a run.
