@@ -99,9 +99,14 @@ EOF
   for _ in $(seq 100); do (($(slurm_active) == 0)) && break; sleep 0.1; done
   assert_equal "$(slurm_active)" 0
   assert_equal "$(grep -c '^scancel$' calls)" 1
-  # Every job CANCELLED, by Slurm's clock within 2 s of the Ctrl-C.
-  rsub ls --all --workflow wf --json |
-    jq -e -s --argjson t0 "$start" 'length == 200 and all(.state == "CANCELLED" and .end_unix_s - $t0 <= 2)'
+  # Every job CANCELLED, by Slurm's clock after the Ctrl-C and within the 10 s waited
+  # above (whole seconds; how soon is the benchmark's to measure, not a loaded CI's).
+  rsub ls --all --workflow wf --json >cancelled.jsonl
+  jq -s --argjson t0 "$start" '{jobs: length, states: (group_by(.state) | map({(.[0].state): length}) | add),
+    end_minus_ctrl_c_s: (map(.end_unix_s - $t0) | [min, max])}' cancelled.jsonl
+  jq -e -s --argjson t0 "$start" \
+    'length == 200 and all(.state == "CANCELLED" and .end_unix_s - $t0 >= 0 and .end_unix_s - $t0 <= 11)' \
+    cancelled.jsonl
   for _ in $(seq 100); do kill -0 "$SMK_PID" 2>/dev/null || break; sleep 0.1; done
   if kill -0 "$SMK_PID" 2>/dev/null; then echo "snakemake still runs 10 s after its Ctrl-C"; false; fi
   run wait "$SMK_PID"
