@@ -630,7 +630,7 @@ TEST(RsubStoreRemote, UpdateRemoteChangesOnlyActiveJobsOfTheBackend) {
   Store::RemoteState run{"77", JobState::Running, "", false, 200, std::nullopt, std::nullopt, std::nullopt, 1, "vm"};
   Store::RemoteState done{"78", JobState::Completed, "", false, 200, 260, 0, std::nullopt, 1, "vm"};
   Store::RemoteState unknown{"79", JobState::Failed, "x", false, 1, 2, 1, std::nullopt, 1, "vm"};
-  store.update_remote("slurm", {run, done, unknown});
+  store.update_remote("slurm", {run, done, unknown}, 500);
   auto ja = *store.job(a);
   EXPECT_EQ(ja.state, JobState::Running);
   EXPECT_EQ(ja.start_s, 200);
@@ -644,7 +644,7 @@ TEST(RsubStoreRemote, UpdateRemoteChangesOnlyActiveJobsOfTheBackend) {
   EXPECT_EQ(store.job(c)->state, JobState::Pending) << "kube's 77 is another job";
 
   Store::RemoteState failed{"77", JobState::Failed, "Signal SIGKILL", false, 300, 360, std::nullopt, 9, 3, "vm2"};
-  store.update_remote("slurm", {failed});
+  store.update_remote("slurm", {failed}, 500);
   ja = *store.job(a);
   EXPECT_EQ(ja.state, JobState::Failed);
   EXPECT_EQ(ja.reason, "Signal SIGKILL");
@@ -658,16 +658,26 @@ TEST(RsubStoreRemote, UpdateRemoteChangesOnlyActiveJobsOfTheBackend) {
   EXPECT_EQ(store.remote_active("kube").size(), 1u);
 
   // A terminal job stays as it ended.
-  store.update_remote("slurm", {run});
+  store.update_remote("slurm", {run}, 500);
   EXPECT_EQ(store.job(a)->state, JobState::Failed);
 
   // Held, as the backend says.
   const auto h = store.submit(remote(), kAlice, 100).front();
   store.set_remote_ids({h}, {"90"});
-  store.update_remote("slurm", {{"90", JobState::Pending, "JobHeldUser", true, std::nullopt, std::nullopt, std::nullopt,
-                                 std::nullopt, 0, ""}});
+  store.update_remote(
+      "slurm",
+      {{"90", JobState::Pending, "JobHeldUser", true, std::nullopt, std::nullopt, std::nullopt, std::nullopt, 0, ""}},
+      500);
   EXPECT_TRUE(store.job(h)->held);
   EXPECT_EQ(store.job(h)->reason, "JobHeldUser");
+
+  // Ended, but with no end time yet (sacct's End "Unknown" just after a cancel): it ends
+  // when rsub learned of it.
+  store.update_remote(
+      "slurm", {{"90", JobState::Cancelled, "", false, std::nullopt, std::nullopt, std::nullopt, std::nullopt, 0, ""}},
+      700);
+  EXPECT_EQ(store.job(h)->state, JobState::Cancelled);
+  EXPECT_EQ(store.job(h)->end_s, 700);
 }
 
 TEST(RsubStoreRemote, DiscardRemovesTheJobs) {

@@ -124,7 +124,7 @@ class RemoteJobs final : public Backend {
       if (adopt_unsubmitted(store, waiting)) active = store.remote_active(c_.name);
       std::vector<std::string> ids;
       for (const auto& a : active) ids.push_back(a.second);
-      if (!ids.empty()) store.update_remote(c_.name, daemon_->query(ids));
+      if (!ids.empty()) store.update_remote(c_.name, daemon_->query(ids), now_s());
     } catch (const Error& e) {
       if (strict) throw;
       if (!ctx.quiet) warn("rsub", fmt::format("{} (showing the states last read)", e.what()), *ctx.err);

@@ -217,8 +217,11 @@ class Store {
   bool claim_refresh(const std::string& backend, double now, double interval_s);
   // Active jobs of `backend` (rsub id, remote id).
   std::vector<std::pair<std::int64_t, std::string>> remote_active(const std::string& backend);
-  // Applies the states to the active jobs of `backend`, in one transaction.
-  void update_remote(const std::string& backend, const std::vector<RemoteState>& states);
+  // Applies the states to the active jobs of `backend`, in one transaction. A job the
+  // backend calls ended but gives no end time for (sacct prints End "Unknown" for a
+  // moment after a cancel) ends at `now`, when rsub learned of it: an ended job always
+  // has an end.
+  void update_remote(const std::string& backend, const std::vector<RemoteState>& states, double now);
 
   // --- shared bookkeeping ---------------------------------------------------------------
   std::optional<std::string> meta(const std::string& key);

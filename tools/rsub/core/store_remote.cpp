@@ -70,7 +70,7 @@ std::vector<std::pair<std::int64_t, std::string>> Store::remote_active(const std
   return out;
 }
 
-void Store::update_remote(const std::string& backend, const std::vector<RemoteState>& states) {
+void Store::update_remote(const std::string& backend, const std::vector<RemoteState>& states, double now) {
   transaction([&] {
     Stmt& s = stmt(
         "UPDATE jobs SET state = ?, reason = ?, held = ?, start_s = coalesce(?, start_s), end_s = ?, exit_code = ?, "
@@ -82,7 +82,7 @@ void Store::update_remote(const std::string& backend, const std::vector<RemoteSt
           .bind(r.reason)
           .bind(r.held ? 1 : 0)
           .bind(r.start_s)
-          .bind(r.end_s)
+          .bind(r.end_s || !terminal(r.state) ? r.end_s : std::optional<double>(now))
           .bind(r.exit_code)
           .bind(r.signal)
           .bind(r.attempts)
