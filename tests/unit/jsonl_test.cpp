@@ -253,14 +253,16 @@ TEST(BytesJson, OtherValuesAreDataErrors) {
 // append_json_string writes what to_json_line writes for the same string: the same
 // escapes, U+FFFD for bad UTF-8, and text that parses back to the original.
 TEST(AppendJsonString, MatchesToJsonLine) {
-  for (const std::string text :
+  for (const std::string& text :
        {std::string("plain"), std::string(""), std::string("q\"b\\s/"), std::string("tab\tnl\ncr\rbs\bff\f"),
         std::string("\x01\x1f\x7f", 3), std::string("caf\xc3\xa9 \xe2\x82\xac"), std::string("bad \xff\xfe utf-8"),
         std::string("nul\0in", 6)}) {
     std::string out = "x";
     append_json_string(out, text);
     EXPECT_EQ(out, "x" + to_json_line(Json(text))) << text;
-    if (is_utf8(text)) EXPECT_EQ(Json::parse(out.substr(1)).get<std::string>(), text);
+    if (is_utf8(text)) {
+      EXPECT_EQ(Json::parse(out.substr(1)).get<std::string>(), text);
+    }
   }
 }
 
