@@ -11,7 +11,7 @@ build=(
   cmake make gcc g++ pkg-config git
   libcli11-dev libfmt-dev libtomlplusplus-dev nlohmann-json3-dev
   libhwloc-dev
-  libzstd-dev libarchive-dev libxxhash-dev
+  libzstd-dev libarchive-dev libxxhash-dev zlib1g-dev
   libopenblas-dev libgloo-dev
   libsqlite3-dev
   libsimdjson-dev libcpp-httplib-dev  # rcost reads millions of records; rtop serve's /metrics

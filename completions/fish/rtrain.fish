@@ -2,6 +2,7 @@
 complete -c rtrain -f
 complete -c rtrain -n '__fish_use_subcommand' -a launch -d 'Start NPROC workers of COMMAND on this node'
 complete -c rtrain -n '__fish_use_subcommand' -a run -d 'Train an MLP natively, data parallel under rtrain launch, with checkpoints'
+complete -c rtrain -n '__fish_use_subcommand' -a trace -d 'Work with the timelines of rtrain run --trace'
 complete -c rtrain -n '__fish_use_subcommand' -a runs -d 'The run store: list, show, compare and reproduce recorded runs'
 complete -c rtrain -l help -s h -d 'Print this help message and exit'
 complete -c rtrain -l version -d 'Print the tool, version and git revision'
@@ -51,6 +52,7 @@ complete -c rtrain -n '__fish_seen_subcommand_from run' -l target-loss -x -d 'Re
 complete -c rtrain -n '__fish_seen_subcommand_from run' -l device -x -d 'cpu or cuda (default cpu)'
 complete -c rtrain -n '__fish_seen_subcommand_from run' -l threads -x -d 'CPU threads for the matrix products (default: the usable cores shared among this node\'s ranks)'
 complete -c rtrain -n '__fish_seen_subcommand_from run' -l bucket-mb -x -d 'Gradient all-reduce bucket size in MiB (default 1)'
+complete -c rtrain -n '__fish_seen_subcommand_from run' -l strategy -x -d 'How the ranks split the work: dp (data parallel), zero1, zero2 or zero3 (default dp)'
 complete -c rtrain -n '__fish_seen_subcommand_from run' -l ckpt-every -x -d 'Checkpoint every N steps and at the end (default 0: never)'
 complete -c rtrain -n '__fish_seen_subcommand_from run' -l ckpt-dir -x -d 'Checkpoint folder (default $RKIT_CKPT_DIR)'
 complete -c rtrain -n '__fish_seen_subcommand_from run' -l no-pack -d 'Keep checkpoints as step-N/ folders: do not rckpt pack them'
@@ -58,12 +60,16 @@ complete -c rtrain -n '__fish_seen_subcommand_from run' -l resume-from -r -F -d 
 complete -c rtrain -n '__fish_seen_subcommand_from run' -l init-from -r -F -d 'Fine-tune: start from this checkpoint\'s weights with a fresh optimizer, at step 0'
 complete -c rtrain -n '__fish_seen_subcommand_from run' -l output -r -F -d 'Write the final weights here (safetensors)'
 complete -c rtrain -n '__fish_seen_subcommand_from run' -l events -r -F -d 'Also write every rkit.train.event.v1 record here (- for stdout)'
+complete -c rtrain -n '__fish_seen_subcommand_from run' -l trace -r -F -d 'Write each rank\'s timeline here (Chrome trace format, gzip; rtrain trace merge joins them)'
 complete -c rtrain -n '__fish_seen_subcommand_from run' -l experiment -x -d 'Record the run under this experiment (default $RKIT_EXPERIMENT, else default)'
 complete -c rtrain -n '__fish_seen_subcommand_from run' -l run-name -x -d 'A name for the run\'s record'
 complete -c rtrain -n '__fish_seen_subcommand_from run' -l tag -x -d 'A tag of the run\'s record (repeatable)'
 complete -c rtrain -n '__fish_seen_subcommand_from run' -l project -r -F -d 'Keep the record in DIR/runs.db, a project\'s store (default $RKIT_PROJECT_DIR, else the state directory\'s)'
 complete -c rtrain -n '__fish_seen_subcommand_from run' -l no-track -d 'Keep no record in the run store (also $RKIT_TRACK=0)'
 complete -c rtrain -n '__fish_seen_subcommand_from run' -F
+complete -c rtrain -n '__fish_seen_subcommand_from trace; and not __fish_seen_subcommand_from merge' -a merge -d 'One timeline of every rank\'s trace in DIR, a track per rank'
+complete -c rtrain -n '__fish_seen_subcommand_from merge' -l output -s o -r -F -d 'The merged trace (default DIR/trace.json.gz)'
+complete -c rtrain -n '__fish_seen_subcommand_from merge' -F
 complete -c rtrain -n '__fish_seen_subcommand_from runs; and not __fish_seen_subcommand_from ls show metrics compare reproduce' -a ls -d 'List runs, oldest first, with their final metrics'
 complete -c rtrain -n '__fish_seen_subcommand_from runs; and not __fish_seen_subcommand_from ls show metrics compare reproduce' -a show -d 'One run: configuration, system, code, inputs, outputs, metrics'
 complete -c rtrain -n '__fish_seen_subcommand_from runs; and not __fish_seen_subcommand_from ls show metrics compare reproduce' -a metrics -d 'A run\'s metrics as time series, a row per step'

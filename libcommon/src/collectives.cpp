@@ -84,6 +84,19 @@ double busbw_factor(Collective c, unsigned ranks) {
   return 1;
 }
 
+std::uint64_t ring_bytes_sent(Collective c, std::uint64_t bytes, unsigned ranks) {
+  if (ranks < 2) return 0;
+  const std::uint64_t n = ranks;
+  switch (c) {
+    case Collective::Allreduce: return 2 * (n - 1) * bytes / n;
+    case Collective::Allgather:
+    case Collective::ReduceScatter:
+    case Collective::Alltoall: return (n - 1) * bytes / n;
+    case Collective::Broadcast: return bytes;
+  }
+  return 0;
+}
+
 CollectiveCounts collective_counts(Collective c, std::uint64_t bytes, unsigned ranks) {
   const std::size_t count = bytes / sizeof(float);
   const std::size_t n = std::max(ranks, 1u);

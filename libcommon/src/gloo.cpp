@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
@@ -13,6 +14,8 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
+#include <gloo/types.h>
 
 #include <algorithm>
 #include <cctype>
@@ -34,6 +37,14 @@ void allreduce_sum(const std::shared_ptr<gloo::Context>& ctx, T* data, std::size
   opts.setReduceFunction(static_cast<ReduceFunc>(&gloo::sum<T>));
   opts.setTag(tag);
   gloo::allreduce(opts);
+}
+
+template <typename T>
+void allgather(const std::shared_ptr<gloo::Context>& ctx, T* data, std::size_t block, std::uint32_t tag) {
+  gloo::AllgatherOptions opts(ctx);  // no input: in place, this rank's block already at its place
+  opts.setOutput(data, block * static_cast<std::size_t>(ctx->size));
+  opts.setTag(tag);
+  gloo::allgather(opts);
 }
 
 }  // namespace
@@ -81,6 +92,61 @@ void gloo_barrier(const std::shared_ptr<gloo::Context>& ctx, std::uint32_t tag) 
   gloo::BarrierOptions opts(ctx);
   opts.setTag(tag);
   gloo::barrier(opts);
+}
+
+void gloo_allgather(const std::shared_ptr<gloo::Context>& ctx, float* data, std::size_t block, std::uint32_t tag) {
+  allgather(ctx, data, block, tag);
+}
+
+void gloo_allgather(const std::shared_ptr<gloo::Context>& ctx, double* data, std::size_t block, std::uint32_t tag) {
+  allgather(ctx, data, block, tag);
+}
+
+// In n-1 steps, rank r sends block (r-s-1) mod n to r+1 and adds block (r-s-2) mod n from
+// r-1 into its own, in segments of up to 1 MiB (Gloo's) with two in flight; at least two
+// segments per block, so that a block is summed before it is sent on.
+void gloo_reduce_scatter_sum(const std::shared_ptr<gloo::Context>& ctx, float* data, std::size_t block,
+                             std::uint32_t tag, std::vector<float>& scratch) {
+  const std::size_t n = static_cast<std::size_t>(ctx->size), r = static_cast<std::size_t>(ctx->rank);
+  if (n < 2 || block == 0) return;
+  constexpr std::size_t kSegmentElements = (1u << 20) / sizeof(float);
+  constexpr std::uint8_t kSlotPrefix = 0x20;  // Gloo's own collectives use 0x01 to 0x08
+  const std::size_t segments = std::max<std::size_t>(2, (block + kSegmentElements - 1) / kSegmentElements);
+  const std::size_t segment = (block + segments - 1) / segments;
+  if (scratch.size() < 2 * segment) scratch.resize(2 * segment);
+  auto buf = ctx->createUnboundBuffer(data, n * block * sizeof(float));
+  auto tmp = ctx->createUnboundBuffer(scratch.data(), 2 * segment * sizeof(float));
+  const std::uint64_t slot = gloo::Slot::build(kSlotPrefix, tag);
+  const int right = static_cast<int>((r + 1) % n), left = static_cast<int>((r + n - 1) % n);
+  const auto timeout = ctx->getTimeout();
+  struct Piece {
+    std::size_t send, recv, len;  // element offsets in data, and length
+  };
+  auto piece = [&](std::size_t i) {
+    const std::size_t step = i / segments, k = i % segments;
+    const std::size_t first = std::min(k * segment, block);
+    const std::size_t len = std::min(segment, block - first);
+    return Piece{((r + 2 * n - step - 1) % n) * block + first, ((r + 2 * n - step - 2) % n) * block + first, len};
+  };
+  const std::size_t total = (n - 1) * segments;
+  for (std::size_t i = 0; i < total + 2; ++i) {
+    if (i >= 2) {  // the piece of two iterations ago: add what came, and let its send finish
+      const Piece p = piece(i - 2);
+      if (p.len > 0) {
+        tmp->waitRecv(timeout);
+        const float* got = scratch.data() + ((i - 2) & 1) * segment;
+        gloo::sum<float>(data + p.recv, data + p.recv, got, p.len);
+        buf->waitSend(timeout);
+      }
+    }
+    if (i < total) {
+      const Piece p = piece(i);
+      if (p.len > 0) {
+        buf->send(right, slot, p.send * sizeof(float), p.len * sizeof(float));
+        tmp->recv(left, slot, (i & 1) * segment * sizeof(float), p.len * sizeof(float));
+      }
+    }
+  }
 }
 
 std::string gloo_reason(std::string_view what) {

@@ -27,6 +27,10 @@ teardown() {
     rtrain run --steps 20 --rows 2000 --log-every 10 --eval-every 10 --ckpt-every 10 --ckpt-dir ck --json >train.jsonl
     cat train.jsonl
     rtrain launch --nproc-per-node 1 --events - -- true
+    rtrain run --steps 2 --rows 2000 --strategy zero1 --trace tr --json -q
+    zcat tr/rank-0.trace.json.gz | jq -c .otherData
+    rtrain trace merge tr -o merged.json.gz --json
+    zcat merged.json.gz | jq -c .otherData
     rckpt unpack ck/step-20.rkpt -C step-20 --json
     rckpt pack step-20 -o again.rkpt --base ck/step-10.rkpt --json
     rckpt verify again.rkpt --json

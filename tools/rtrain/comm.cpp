@@ -35,6 +35,7 @@
 #include "rkit/error.hpp"
 #include "rkit/file.hpp"
 #include "rkit/gloo.hpp"
+#include "trace.hpp"
 
 namespace rkit::rtrain {
 
@@ -83,6 +84,12 @@ class SigpipeBlocked {
  private:
   sigset_t pipe_, old_;
 };
+
+// p[0, n) *= scale, after a sum: the same on every rank, so identical results.
+void scale_floats(float* p, std::size_t n, float scale) {
+  if (scale != 1.0f)
+    for (std::size_t i = 0; i < n; ++i) p[i] *= scale;
+}
 
 }  // namespace
 
@@ -136,9 +143,11 @@ double CommTimes::hidden_fraction() const {
 // The Gloo context and the thread that runs the collectives, one at a time in order.
 struct Communicator::Worker {
   struct Task {
-    std::string op, detail;                  // "allreduce", "bucket 2, 1024 floats": for errors
-    std::function<void(std::uint32_t)> run;  // the argument: the collective's Gloo tag
-    bool timed = false;                      // a bucket all-reduce: counts in step_comm_s
+    std::string op, detail;                         // "allreduce", "bucket 2, 1024 floats": for errors
+    std::function<void(std::uint32_t)> run;         // the argument: the collective's Gloo tag
+    bool timed = false;                             // a bucket all-reduce: counts in step_comm_s
+    std::optional<Collective> kind = std::nullopt;  // what it counts as in the counters (none: a barrier)
+    std::uint64_t bytes = 0;                        // what this rank sends (ring_bytes_sent)
   };
 
   int rank = 0, world = 1;
@@ -153,6 +162,8 @@ struct Communicator::Worker {
   std::exception_ptr error;                    // the first failure: the communicator is broken
   bool stopping = false;
   double step_comm_s = 0;
+  CommCounters counters;
+  Tracer* tracer = nullptr;
   std::thread thread;
 
   ~Worker() {
@@ -172,6 +183,7 @@ struct Communicator::Worker {
   std::uint64_t submit(Task t) {
     std::lock_guard lock(mu);
     if (error) std::rethrow_exception(error);
+    if (t.kind) counters[*t.kind] += t.bytes;  // at submission: a step's bytes are the step's calls
     queue.push_back(std::move(t));
     const std::uint64_t seq = ++submitted;
     cv.notify_all();
@@ -233,11 +245,15 @@ struct Communicator::Worker {
       } catch (...) {
         failed = std::make_exception_ptr(failure(t, my_tag, nullptr));
       }
-      const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+      const auto end = Clock::now();
+      const double seconds = std::chrono::duration<double>(end - start).count();
+      if (tracer && t.kind)
+        tracer->complete(Tracer::kCommThread, t.op, "comm", start, end, Json{{"bytes", t.bytes}, {"what", t.detail}});
       {
         std::lock_guard lock(mu);
         if (failed && !error) error = failed;
         if (t.timed) step_comm_s += seconds;
+        if (t.kind) counters.busy_s += seconds;
         ++completed;
       }
       cv.notify_all();
@@ -282,14 +298,16 @@ void Communicator::allreduce_sum(float* data, std::size_t n) {
   if (!worker_ || n == 0) return;
   auto ctx = worker_->context;
   worker_->run_blocking({"allreduce", fmt::format("{} floats", n),
-                         [ctx, data, n](std::uint32_t tag) { gloo_allreduce_sum(ctx, data, n, tag); }});
+                         [ctx, data, n](std::uint32_t tag) { gloo_allreduce_sum(ctx, data, n, tag); }, false,
+                         Collective::Allreduce, ring_bytes_sent(Collective::Allreduce, n * sizeof(float), world())});
 }
 
 void Communicator::allreduce_sum(double* data, std::size_t n) {
   if (!worker_ || n == 0) return;
   auto ctx = worker_->context;
   worker_->run_blocking({"allreduce", fmt::format("{} doubles", n),
-                         [ctx, data, n](std::uint32_t tag) { gloo_allreduce_sum(ctx, data, n, tag); }});
+                         [ctx, data, n](std::uint32_t tag) { gloo_allreduce_sum(ctx, data, n, tag); }, false,
+                         Collective::Allreduce, ring_bytes_sent(Collective::Allreduce, n * sizeof(double), world())});
 }
 
 void Communicator::broadcast(void* data, std::size_t bytes, int root) {
@@ -298,7 +316,8 @@ void Communicator::broadcast(void* data, std::size_t bytes, int root) {
   if (!worker_ || bytes == 0) return;
   std::shared_ptr<gloo::Context> ctx = worker_->context;
   worker_->run_blocking({"broadcast", fmt::format("{} bytes from rank {}", bytes, root),
-                         [ctx, data, bytes, root](std::uint32_t tag) { gloo_broadcast(ctx, data, bytes, root, tag); }});
+                         [ctx, data, bytes, root](std::uint32_t tag) { gloo_broadcast(ctx, data, bytes, root, tag); },
+                         false, Collective::Broadcast, rank_ == root ? bytes * (world_ - 1u) : 0});
 }
 
 void Communicator::barrier() {
@@ -322,6 +341,7 @@ void Communicator::begin_step() {
   std::fill(readied_.begin(), readied_.end(), false);
   step_open_ = true;
   step_last_ = 0;
+  step_bytes_ = 0;
   if (worker_) {
     std::lock_guard lock(worker_->mu);
     worker_->step_comm_s = 0;  // no bucket task is in flight between steps
@@ -337,21 +357,22 @@ void Communicator::ready(std::size_t bucket) {
   float* p = grads_ + buckets_[bucket].first;
   const std::size_t n = buckets_[bucket].second;
   const float scale = scale_;
-  const auto scale_all = [p, n, scale] {
-    if (scale != 1.0f)
-      for (std::size_t i = 0; i < n; ++i) p[i] *= scale;
-  };
   if (!worker_) {
-    scale_all();
+    scale_floats(p, n, scale);
     return;
   }
   auto ctx = worker_->context;
-  Worker::Task t{"allreduce", fmt::format("bucket {}, {} floats", bucket, n),
-                 [ctx, p, n, scale_all](std::uint32_t tag) {
+  const std::uint64_t bytes = ring_bytes_sent(Collective::Allreduce, n * sizeof(float), world_);
+  step_bytes_ += bytes;
+  Worker::Task t{"allreduce",
+                 fmt::format("bucket {}, {} floats", bucket, n),
+                 [ctx, p, n, scale](std::uint32_t tag) {
                    if (n > 0) gloo_allreduce_sum(ctx, p, n, tag);
-                   scale_all();  // after the sum, the same on every rank: identical results
+                   scale_floats(p, n, scale);
                  },
-                 true};
+                 true,
+                 Collective::Allreduce,
+                 bytes};
   step_last_ = worker_->submit(std::move(t));
 }
 
@@ -367,7 +388,91 @@ CommTimes Communicator::wait() {
   t.exposed_s = std::chrono::duration<double>(Clock::now() - start).count();
   std::lock_guard lock(worker_->mu);
   t.comm_s = worker_->step_comm_s;
+  t.bytes_sent = step_bytes_;
   return t;
+}
+
+// --- queued collectives -----------------------------------------------------------------
+
+CommCounters CommCounters::operator-(const CommCounters& earlier) const {
+  CommCounters d;
+  d.busy_s = busy_s - earlier.busy_s;
+  for (std::size_t i = 0; i < bytes.size(); ++i) d.bytes[i] = bytes[i] - earlier.bytes[i];
+  return d;
+}
+
+void Communicator::allgather(double* data, std::size_t block) {
+  if (!worker_ || block == 0) return;
+  auto ctx = worker_->context;
+  const std::uint64_t bytes = block * sizeof(double) * static_cast<std::uint64_t>(world_);
+  worker_->run_blocking({"allgather", fmt::format("{} doubles a rank", block),
+                         [ctx, data, block](std::uint32_t tag) { gloo_allgather(ctx, data, block, tag); }, false,
+                         Collective::Allgather, ring_bytes_sent(Collective::Allgather, bytes, world_)});
+}
+
+Communicator::Ticket Communicator::start_allreduce(float* data, std::size_t n, float scale, std::string what) {
+  if (!worker_) {
+    scale_floats(data, n, scale);
+    return 0;
+  }
+  auto ctx = worker_->context;
+  return worker_->submit({"allreduce", fmt::format("{}, {} floats", what, n),
+                          [ctx, data, n, scale](std::uint32_t tag) {
+                            if (n > 0) gloo_allreduce_sum(ctx, data, n, tag);
+                            scale_floats(data, n, scale);
+                          },
+                          false, Collective::Allreduce,
+                          ring_bytes_sent(Collective::Allreduce, n * sizeof(float), world_)});
+}
+
+Communicator::Ticket Communicator::start_reduce_scatter(float* data, std::size_t block, float scale,
+                                                        std::function<void()> then, std::string what) {
+  float* mine = data + static_cast<std::size_t>(rank_) * block;
+  if (!worker_) {
+    scale_floats(mine, block, scale);
+    if (then) then();
+    return 0;
+  }
+  auto ctx = worker_->context;
+  const std::uint64_t bytes = block * sizeof(float) * static_cast<std::uint64_t>(world_);
+  return worker_->submit({"reduce_scatter", fmt::format("{}, {} floats a rank", what, block),
+                          [ctx, data, mine, block, scale, then = std::move(then),
+                           scratch = std::make_shared<std::vector<float>>()](std::uint32_t tag) {
+                            gloo_reduce_scatter_sum(ctx, data, block, tag, *scratch);
+                            scale_floats(mine, block, scale);
+                            if (then) then();
+                          },
+                          false, Collective::ReduceScatter, ring_bytes_sent(Collective::ReduceScatter, bytes, world_)});
+}
+
+Communicator::Ticket Communicator::start_allgather(float* data, std::size_t block, std::string what) {
+  if (!worker_) return 0;
+  auto ctx = worker_->context;
+  const std::uint64_t bytes = block * sizeof(float) * static_cast<std::uint64_t>(world_);
+  return worker_->submit({"allgather", fmt::format("{}, {} floats a rank", what, block),
+                          [ctx, data, block](std::uint32_t tag) {
+                            if (block > 0) gloo_allgather(ctx, data, block, tag);
+                          },
+                          false, Collective::Allgather, ring_bytes_sent(Collective::Allgather, bytes, world_)});
+}
+
+double Communicator::wait_for(Ticket ticket) {
+  if (!worker_ || ticket == 0) return 0;
+  const auto start = Clock::now();
+  worker_->wait_for(ticket);
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+void Communicator::set_tracer(Tracer* tracer) {
+  if (!worker_) return;
+  std::lock_guard lock(worker_->mu);
+  worker_->tracer = tracer && tracer->enabled() ? tracer : nullptr;
+}
+
+CommCounters Communicator::counters() const {
+  if (!worker_) return {};
+  std::lock_guard lock(worker_->mu);
+  return worker_->counters;
 }
 
 }  // namespace rkit::rtrain

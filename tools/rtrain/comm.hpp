@@ -29,9 +29,11 @@
 // unless GLOO_SOCKET_IFNAME names an interface to use (as in PyTorch).
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -39,10 +41,13 @@
 #include <utility>
 #include <vector>
 
+#include "rkit/collectives.hpp"
 #include "run_secret.hpp"
 #include "tcp_store.hpp"
 
 namespace rkit::rtrain {
+
+class Tracer;
 
 // Where this worker sits in the job, from the environment torchrun-style launchers set.
 struct DistEnv {
@@ -65,11 +70,22 @@ struct DistEnv {
 
 // Time one step's gradient all-reduce took.
 struct CommTimes {
-  double comm_s = 0;     // how long the step's bucket all-reduces ran (on the worker thread)
-  double exposed_s = 0;  // how long wait() blocked the caller
+  double comm_s = 0;             // how long the step's bucket all-reduces ran (on the worker thread)
+  double exposed_s = 0;          // how long wait() blocked the caller
+  std::uint64_t bytes_sent = 0;  // what this rank sent for them (ring_bytes_sent of each bucket)
   // The share of the communication hidden behind computation: 1 - exposed/comm clamped
   // to [0, 1]; 1 when comm_s == 0.
   double hidden_fraction() const;
+};
+
+// What a rank's collectives sent and how long they ran, since it connected; the step
+// counters of rtrain run are differences of two of these.
+struct CommCounters {
+  double busy_s = 0;                                              // time the worker thread spent in collectives
+  std::array<std::uint64_t, std::size(kAllCollectives)> bytes{};  // sent, by Collective (ring_bytes_sent)
+  std::uint64_t& operator[](Collective c) { return bytes[static_cast<std::size_t>(c)]; }
+  std::uint64_t operator[](Collective c) const { return bytes[static_cast<std::size_t>(c)]; }
+  CommCounters operator-(const CommCounters& earlier) const;
 };
 
 // Collectives among the ranks of a job. Not copyable; one per process (or, in tests, per
@@ -114,6 +130,32 @@ class Communicator {
   void broadcast(void* data, std::size_t bytes, int root);
   // Returns once every rank has entered the barrier.
   void barrier();
+  // In place: `data` holds world * block doubles, this rank's at rank * block; afterwards
+  // every rank's block is at its place on every rank.
+  void allgather(double* data, std::size_t block);
+
+  // Queued collectives for the sharded strategies, run on the worker thread in call order
+  // (every rank must make the same calls in the same order) while the caller goes on;
+  // each returns a ticket that wait_for() waits on. The caller must not touch the data
+  // until then. One rank: each is done (as for world 1 above) before it returns.
+  using Ticket = std::uint64_t;
+  // In place: data[0, n) becomes the sum over ranks, times `scale`.
+  Ticket start_allreduce(float* data, std::size_t n, float scale, std::string what);
+  // In place (gloo_reduce_scatter_sum): block r of the sum over ranks of data[0, world *
+  // block), times `scale`, at r * block on rank r; then `then()` runs on the worker thread
+  // (a copy of the block to where it is kept, say), before the ticket is done.
+  Ticket start_reduce_scatter(float* data, std::size_t block, float scale, std::function<void()> then,
+                              std::string what);
+  // In place (gloo_allgather): every rank's block of data[0, world * block) at its place.
+  Ticket start_allgather(float* data, std::size_t block, std::string what);
+  // Blocks until the ticket's collective (and every one queued before it) is done and
+  // returns the seconds it blocked; the communicator's error when one failed.
+  double wait_for(Ticket ticket);
+  // This rank's collectives so far.
+  CommCounters counters() const;
+  // Every collective from now on is a slice of the tracer's "collectives" thread, with
+  // its bytes; before the first collective, and the tracer must outlive the communicator.
+  void set_tracer(Tracer* tracer);
 
   // Bucketed gradient all-reduce, overlapped with the backward pass.
   // set_buckets: once, before the first step (again between steps to change them):
@@ -146,7 +188,8 @@ class Communicator {
   float scale_ = 1;
   bool step_open_ = false;
   std::vector<bool> readied_;
-  std::uint64_t step_last_ = 0;  // the worker sequence number of the step's last queued bucket
+  std::uint64_t step_last_ = 0;   // the worker sequence number of the step's last queued bucket
+  std::uint64_t step_bytes_ = 0;  // what the step's buckets send
 };
 
 }  // namespace rkit::rtrain

@@ -61,7 +61,10 @@ class NcclReducer : public GradReducer {
     for (cudaEvent_t e : {start_, compute_done_, comm_done_}) cudaEventDestroy(e);
     cudaStreamDestroy(stream_);
   }
-  void begin_step() override { started_ = false; }
+  void begin_step() override {
+    started_ = false;
+    bytes_ = 0;
+  }
   void ready(std::size_t b) override {
     if (world_ == 1) return;
     check(cudaEventRecord(ready_events_[b], compute_), "cudaEventRecord");
@@ -69,6 +72,7 @@ class NcclReducer : public GradReducer {
     if (!started_) check(cudaEventRecord(start_, stream_), "cudaEventRecord");
     started_ = true;
     float* p = grads_ + buckets_[b].first;
+    bytes_ += ring_bytes_sent(Collective::Allreduce, buckets_[b].second * sizeof(float), static_cast<unsigned>(world_));
     check(ncclAllReduce(p, p, buckets_[b].second, ncclFloat, ncclAvg, nccl_, stream_), "ncclAllReduce");
   }
   CommTimes wait() override {
@@ -84,6 +88,7 @@ class NcclReducer : public GradReducer {
     check(cudaEventElapsedTime(&tail_ms, compute_done_, comm_done_), "cudaEventElapsedTime");
     t.comm_s = comm_ms / 1e3;
     t.exposed_s = std::max(0.0f, tail_ms) / 1e3;  // the all-reduce's part after the backward pass ended
+    t.bytes_sent = bytes_;                        // NCCL's ring (its all-reduce on a few ranks): the textbook volume
     return t;
   }
 
@@ -96,6 +101,7 @@ class NcclReducer : public GradReducer {
   std::vector<cudaEvent_t> ready_events_;
   cudaEvent_t start_ = nullptr, compute_done_ = nullptr, comm_done_ = nullptr;
   bool started_ = false;
+  std::uint64_t bytes_ = 0;
 };
 
 class CudaDevice : public Device {

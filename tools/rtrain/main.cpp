@@ -1,13 +1,17 @@
 // rtrain: launch distributed training runs that survive faults, and train an MLP natively.
 #include <filesystem>
+#include <iostream>
 
 #include <fmt/format.h>
 
 #include "launch.hpp"
 #include "rkit/cli.hpp"
 #include "rkit/error.hpp"
+#include "rkit/jsonl.hpp"
+#include "rkit/printer.hpp"
 #include "run_cli.hpp"
 #include "runs_cli.hpp"
+#include "trace.hpp"
 #include "tracking.hpp"
 #include "train_config.hpp"
 
@@ -91,6 +95,12 @@ int main(int argc, char** argv) {
   const OptionFlags run_flags = run_options().add_to(*run_cmd);
   TrackOptions track;
   add_track_flags(*run_cmd, track);
+  auto* trace_cmd = tool.add_subcommand("trace", "Work with the timelines of rtrain run --trace");
+  auto* merge_cmd = trace_cmd->add_subcommand("merge", "One timeline of every rank's trace in DIR, a track per rank");
+  std::string trace_dir, trace_out;
+  merge_cmd->add_option("dir", trace_dir, "The --trace folder of a run")->type_name("DIR")->required();
+  merge_cmd->add_option("-o,--output", trace_out, "The merged trace (default DIR/trace.json.gz)")->type_name("FILE");
+  trace_cmd->require_subcommand(1);
   RunsCli runs(tool);
   return tool.run(argc, argv, [&]() -> int {
     if (*run_cmd) {
@@ -99,6 +109,19 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (runs.active()) return runs.main(tool.options());
+    if (*merge_cmd) {
+      if (trace_out.empty()) trace_out = trace_dir + "/trace.json.gz";
+      const auto [ranks, events] = merge_traces(trace_dir, trace_out);
+      if (tool.options().format() == Format::Json)
+        std::cout << to_json_line({{"schema", "rkit.trace.merge.v1"},
+                                   {"output", trace_out},
+                                   {"ranks", ranks},
+                                   {"events", events}})
+                  << '\n';
+      else if (!tool.options().quiet)
+        std::cout << fmt::format("{}: {} rank{}, {} events\n", trace_out, ranks, ranks == 1 ? "" : "s", events);
+      return 0;
+    }
     if (*launch_cmd) {
       o.nproc = nproc_per_node(nproc);
       slurm_defaults(o, nnodes_opt->count() > 0, node_rank_opt->count() > 0, master_addr_opt->count() > 0);

@@ -9,7 +9,8 @@
 
 namespace rkit::rtrain {
 
-Mlp::Mlp(Device& dev, std::vector<std::size_t> layers, kernels::Activation act, Loss loss, std::size_t max_rows)
+Mlp::Mlp(Device& dev, std::vector<std::size_t> layers, kernels::Activation act, Loss loss, std::size_t max_rows,
+         bool own_state)
     : dev_(dev), layers_(std::move(layers)), act_(act), loss_(loss), max_rows_(max_rows) {
   std::size_t widest = 0;
   for (std::size_t l = 0; l + 1 < layers_.size(); ++l) {
@@ -18,10 +19,12 @@ Mlp::Mlp(Device& dev, std::vector<std::size_t> layers, kernels::Activation act, 
     slots_.push_back(s);
     widest = std::max({widest, s.in, s.out});
   }
-  params_ = dev_.alloc(params_count_);
-  grads_ = dev_.alloc(params_count_);
-  exp_avg_ = dev_.alloc(params_count_);
-  exp_avg_sq_ = dev_.alloc(params_count_);
+  if (own_state) {
+    params_ = dev_.alloc(params_count_);
+    grads_ = dev_.alloc(params_count_);
+    exp_avg_ = dev_.alloc(params_count_);
+    exp_avg_sq_ = dev_.alloc(params_count_);
+  }
   for (const LayerSlot& s : slots_) {
     z_.push_back(dev_.alloc(max_rows_ * s.out));
     a_.push_back(&s == &slots_.back() ? z_.back() : dev_.alloc(max_rows_ * s.out));  // the last layer is linear
@@ -35,15 +38,20 @@ Mlp::Mlp(Device& dev, std::vector<std::size_t> layers, kernels::Activation act, 
   back_[1] = dev_.alloc(max_rows_ * widest);
 }
 
-void Mlp::init(std::uint64_t seed) {
-  std::vector<float> host(params_count_);
-  for (std::size_t l = 0; l < slots_.size(); ++l) {
-    const LayerSlot& s = slots_[l];
+std::vector<float> initial_params(const std::vector<LayerSlot>& slots, std::uint64_t seed) {
+  std::vector<float> host(slots.empty() ? 0 : slots.back().bias + slots.back().out);
+  for (std::size_t l = 0; l < slots.size(); ++l) {
+    const LayerSlot& s = slots[l];
     const double bound = 1.0 / std::sqrt(static_cast<double>(s.in));
     CounterRng rng(seed, 0x1a7e5000 + l);  // one stream per layer: layers do not depend on each other's sizes
     for (std::size_t i = 0; i < s.in * s.out + s.out; ++i)
       host[s.weight + i] = static_cast<float>((2 * rng.uniform(i) - 1) * bound);
   }
+  return host;
+}
+
+void Mlp::init(std::uint64_t seed) {
+  const std::vector<float> host = initial_params(slots_, seed);
   dev_.copy_in(params_, host.data(), host.size() * sizeof(float));
 }
 
@@ -60,11 +68,13 @@ void Mlp::forward(std::size_t rows) {
   const float* in = input_;
   for (std::size_t l = 0; l < slots_.size(); ++l) {
     const LayerSlot& s = slots_[l];
+    const auto slice = trace_slice("forward", l);
     // z = in · Wᵀ, then z += b and a = act(z) (the last layer: a is z)
+    const float* w = layer_params(l, Pass::Forward);
     dev_.gemm(false, true, static_cast<int>(rows), static_cast<int>(s.out), static_cast<int>(s.in), 1.0f, in,
-              static_cast<int>(s.in), params_ + s.weight, static_cast<int>(s.in), 0.0f, z_[l], static_cast<int>(s.out));
+              static_cast<int>(s.in), w, static_cast<int>(s.in), 0.0f, z_[l], static_cast<int>(s.out));
     const bool last = l + 1 == slots_.size();
-    dev_.bias_act_forward(last ? kernels::Activation::Identity : act_, rows, s.out, params_ + s.bias, z_[l], a_[l]);
+    dev_.bias_act_forward(last ? kernels::Activation::Identity : act_, rows, s.out, w + s.in * s.out, z_[l], a_[l]);
     in = a_[l];
   }
 }
@@ -82,18 +92,20 @@ double Mlp::forward_backward(std::size_t rows, float grad_scale, const std::func
   for (std::size_t l = slots_.size(); l-- > 0;) {
     const LayerSlot& s = slots_[l];
     const bool last = l + 1 == slots_.size();
+    const auto slice = trace_slice("backward", l);
+    float* g = layer_grads(l);
     // back_[cur] holds dL/da of layer l (the loss's gradient for the last): make it dL/dz, and db.
     dev_.bias_act_backward(last ? kernels::Activation::Identity : act_, rows, s.out, z_[l], back_[cur], back_[cur],
-                           grads_ + s.bias);
+                           g + s.in * s.out);
     // dW = dzᵀ · (layer input)
     const float* in = l == 0 ? input_ : a_[l - 1];
     dev_.gemm(true, false, static_cast<int>(s.out), static_cast<int>(s.in), static_cast<int>(rows), 1.0f, back_[cur],
-              static_cast<int>(s.out), in, static_cast<int>(s.in), 0.0f, grads_ + s.weight, static_cast<int>(s.in));
+              static_cast<int>(s.out), in, static_cast<int>(s.in), 0.0f, g, static_cast<int>(s.in));
     if (layer_done) layer_done(l);
     if (l == 0) break;  // nobody needs dL/d(input)
     // dL/da of layer l-1 = dz · W
     dev_.gemm(false, false, static_cast<int>(rows), static_cast<int>(s.in), static_cast<int>(s.out), 1.0f, back_[cur],
-              static_cast<int>(s.out), params_ + s.weight, static_cast<int>(s.in), 0.0f, back_[1 - cur],
+              static_cast<int>(s.out), layer_params(l, Pass::Backward), static_cast<int>(s.in), 0.0f, back_[1 - cur],
               static_cast<int>(s.in));
     cur = 1 - cur;
   }

@@ -12,8 +12,13 @@
 //   net.step(adamw_step);
 //
 // Deterministic: the same parameters, batch and device give the same bits.
+//
+// A sharded strategy (strategy.hpp) keeps the parameters and gradients itself: it builds
+// the Mlp without its own state (`own_state` false) and gives it a LayerStore, which
+// hands each layer's tensors to the passes when they need them.
 #pragma once
 
+#include <fmt/format.h>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -22,6 +27,7 @@
 #include <vector>
 
 #include "device.hpp"
+#include "trace.hpp"
 #include "train_config.hpp"
 
 namespace rkit::rtrain {
@@ -32,10 +38,34 @@ struct LayerSlot {
   std::size_t weight = 0, bias = 0;  // offsets of W [out, in] and b [out]
 };
 
+// Where layer l's tensors are when a pass needs them. Layout of a layer's block: W [out,
+// in] then b [out], in * out + out floats.
+enum class Pass { Forward, Backward };
+class LayerStore {
+ public:
+  virtual ~LayerStore() = default;
+  // Layer l's parameters, ready for `pass` (forward: every layer from the first, for the
+  // layer's product; backward: from the last down to layer 1, for dL/d(input)).
+  virtual const float* params(std::size_t l, Pass pass) = 0;
+  // Where layer l's gradients go; asked as layer l's backward begins (from the last down).
+  virtual float* grads(std::size_t l) = 0;
+};
+
+// PyTorch nn.Linear's default initialisation of every layer's W and b, uniform in
+// ±1/sqrt(in), from `seed`: the flat layout of Mlp's own buffers (slots).
+std::vector<float> initial_params(const std::vector<LayerSlot>& slots, std::uint64_t seed);
+
 class Mlp {
  public:
-  // `max_rows`: the largest batch forward_backward and evaluate are given.
-  Mlp(Device& dev, std::vector<std::size_t> layers, kernels::Activation act, Loss loss, std::size_t max_rows);
+  // `max_rows`: the largest batch forward_backward and evaluate are given. `own_state`:
+  // the flat buffers of parameters, gradients and moments below; without them, a
+  // LayerStore must be set before a pass.
+  Mlp(Device& dev, std::vector<std::size_t> layers, kernels::Activation act, Loss loss, std::size_t max_rows,
+      bool own_state = true);
+  void set_store(LayerStore* store) { store_ = store; }
+  // Each layer's forward and backward pass a slice of `tracer` (null: none).
+  void set_tracer(Tracer* tracer) { tracer_ = tracer; }
+  Device& device() { return dev_; }
 
   std::size_t parameters() const { return params_count_; }
   const std::vector<LayerSlot>& slots() const { return slots_; }
@@ -55,7 +85,7 @@ class Mlp {
   double forward_backward(std::size_t rows, float grad_scale, const std::function<void(std::size_t)>& layer_done);
   // Forward only: the loss summed as above, and for CE the number of correct rows.
   std::pair<double, std::size_t> evaluate(std::size_t rows);
-  // Squared L2 norm of all gradients.
+  // (Own state only, from here on.) Squared L2 norm of all gradients.
   double grad_norm_squared() { return dev_.sum_squares(params_count_, grads_); }
   // One AdamW step over every parameter.
   void step(const kernels::AdamwStep& s) { dev_.adamw(params_count_, params_, grads_, exp_avg_, exp_avg_sq_, s); }
@@ -74,6 +104,8 @@ class Mlp {
   kernels::Activation act_;
   Loss loss_;
   std::size_t max_rows_;
+  LayerStore* store_ = nullptr;
+  Tracer* tracer_ = nullptr;
   std::vector<LayerSlot> slots_;
   std::size_t params_count_ = 0;
   float *params_ = nullptr, *grads_ = nullptr, *exp_avg_ = nullptr, *exp_avg_sq_ = nullptr;
@@ -84,6 +116,14 @@ class Mlp {
   float* back_[2] = {nullptr, nullptr};  // max_rows x widest layer: dL/dz of a layer, dL/d(its input)
 
   void forward(std::size_t rows);
+  const float* layer_params(std::size_t l, Pass pass) {
+    return store_ ? store_->params(l, pass) : params_ + slots_[l].weight;
+  }
+  float* layer_grads(std::size_t l) { return store_ ? store_->grads(l) : grads_ + slots_[l].weight; }
+  Tracer::Slice trace_slice(const char* pass, std::size_t l) {
+    if (!tracer_) return {};
+    return tracer_->slice(fmt::format("{} {}", pass, l), pass, Json{{"layer", l}});
+  }
   double loss(std::size_t rows, float grad_scale, float* dpred);
 };
 

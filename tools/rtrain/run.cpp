@@ -24,6 +24,8 @@
 #include "rkit/file.hpp"
 #include "rkit/safetensors.hpp"
 #include "rkit/time.hpp"
+#include "strategy.hpp"
+#include "trace.hpp"
 #include "tracking.hpp"
 
 namespace rkit::rtrain {
@@ -140,6 +142,52 @@ void check_output(const std::string& path) {
     throw Error(Exit::NoPerm, fmt::format("--output {}: cannot write in {}", path, dir));
 }
 
+// One step's counters on a rank, or their sums over steps.
+struct StepCounters {
+  double compute_s = 0, comm_s = 0, exposed_s = 0, bubble_s = 0;
+  CommCounters sent;
+  void add(const StepCounters& o) {
+    compute_s += o.compute_s;
+    comm_s += o.comm_s;
+    exposed_s += o.exposed_s;
+    bubble_s += o.bubble_s;
+    for (std::size_t i = 0; i < sent.bytes.size(); ++i) sent.bytes[i] += o.sent.bytes[i];
+  }
+};
+
+// The values a rank reports of itself, in the order counters_json reads them.
+std::vector<double> rank_values(const StepCounters& k, double steps, const MemoryHeld& m) {
+  std::vector<double> v{k.compute_s / steps, k.comm_s / steps, k.exposed_s / steps, k.bubble_s / steps};
+  for (std::uint64_t b : k.sent.bytes) v.push_back(std::floor(static_cast<double>(b) / steps));
+  for (std::uint64_t b : {m.params, m.grads, m.optimizer, m.buffers}) v.push_back(static_cast<double>(b));
+  return v;
+}
+
+Json bytes_json(const std::uint64_t* bytes) {
+  Json j = Json::object();
+  for (Collective c : kAllCollectives) j[collective_name(c)] = bytes[static_cast<std::size_t>(c)];
+  return j;
+}
+
+// The counters of a step (or the run's mean step), each rank's: compute, communication,
+// exposed and hidden, bubble; bytes sent by collective; memory held.
+Json counters_json(const std::vector<double>& v) {
+  std::uint64_t bytes[std::size(kAllCollectives)];
+  for (std::size_t i = 0; i < std::size(kAllCollectives); ++i) bytes[i] = static_cast<std::uint64_t>(v[4 + i]);
+  const std::size_t m = 4 + std::size(kAllCollectives);
+  return Json{{"compute_s", v[0]},
+              {"comm_s", v[1]},
+              {"exposed_s", v[2]},
+              {"hidden_s", std::max(0.0, v[1] - v[2])},
+              {"comm_hidden", v[1] > 0 ? std::clamp(1 - v[2] / v[1], 0.0, 1.0) : 1.0},
+              {"bubble_s", v[3]},
+              {"bytes_sent", bytes_json(bytes)},
+              {"memory_bytes", Json{{"params", static_cast<std::uint64_t>(v[m])},
+                                    {"grads", static_cast<std::uint64_t>(v[m + 1])},
+                                    {"optimizer", static_cast<std::uint64_t>(v[m + 2])},
+                                    {"buffers", static_cast<std::uint64_t>(v[m + 3])}}}};
+}
+
 }  // namespace
 
 double learning_rate(const TrainConfig& c, std::uint64_t step, std::uint64_t total) {
@@ -167,7 +215,10 @@ Json run_training(const TrainConfig& c, const Json& provenance, const std::funct
   c.validate();
   const auto t_start = Clock::now();
   const DistEnv env = DistEnv::from_env();
+  Tracer tracer(c.trace, env.rank, env.world);  // outlives the communicator, whose worker records in it
   std::unique_ptr<Communicator> comm = Communicator::connect(env, std::chrono::seconds(300));
+  comm->set_tracer(&tracer);
+  if (tracer.enabled()) tracer.align([&] { comm->barrier(); });  // every rank's clock from the same moment
   const int rank = comm->rank(), world = comm->world();
   const bool lead = rank == 0;
   auto emit = [&](Json fields) {
@@ -197,8 +248,9 @@ Json run_training(const TrainConfig& c, const Json& provenance, const std::funct
   const std::uint64_t total = c.steps > 0 ? c.steps : c.epochs * sampler.steps_per_epoch();
   const std::vector<std::uint64_t> my_eval = eval_rows(train_rows, data->rows(), rank, world);
 
-  Mlp net(*dev, c.layers, c.activation, c.loss, c.batch_size);
-  net.init(c.seed);
+  std::unique_ptr<Strategy> strategy = make_strategy(c.strategy, {*dev, *comm, c, &tracer});
+  Mlp& net = strategy->net();
+  strategy->load_state(initial_params(net.slots(), c.seed).data(), nullptr, nullptr);
   std::uint64_t start = 0;
   Json parent;  // the checkpoint this run starts from, when it does
   const std::string resume = resume_path(c, *comm);
@@ -207,9 +259,7 @@ Json run_training(const TrainConfig& c, const Json& provenance, const std::funct
     if (s.seed != c.seed)
       throw Error(Exit::DataErr,
                   fmt::format("checkpoint {} was made with seed {}, this run has seed {}", resume, s.seed, c.seed));
-    dev->copy_in(net.params(), s.params.data(), s.params.size() * sizeof(float));
-    dev->copy_in(net.exp_avg(), s.exp_avg.data(), s.exp_avg.size() * sizeof(float));
-    dev->copy_in(net.exp_avg_sq(), s.exp_avg_sq.data(), s.exp_avg_sq.size() * sizeof(float));
+    strategy->load_state(s.params.data(), s.exp_avg.data(), s.exp_avg_sq.data());  // whatever strategy saved it
     start = static_cast<std::uint64_t>(s.step);
     if (start > total)
       throw Error(Exit::Usage,
@@ -219,25 +269,10 @@ Json run_training(const TrainConfig& c, const Json& provenance, const std::funct
   } else if (!c.init_from.empty()) {
     // A fine-tune: the weights of another run's checkpoint, a fresh optimizer, step 0.
     TrainState s = load_checkpoint(c.init_from, net.tensors(), c.fingerprint(), net.parameters());
-    dev->copy_in(net.params(), s.params.data(), s.params.size() * sizeof(float));
+    strategy->load_state(s.params.data(), nullptr, nullptr);
     if (lead) parent = parent_record("finetune", c.init_from);
     emit({{"event", "init"}, {"step", 0}, {"path", c.init_from}, {"parent", parent}});
   }
-
-  // Buckets of whole layers, in backward order; a bucket is reduced once its layers are done.
-  std::vector<std::size_t> layer_bytes;
-  for (const LayerSlot& s : net.slots()) layer_bytes.push_back((s.in * s.out + s.out) * sizeof(float));
-  const auto buckets = make_buckets(layer_bytes, c.bucket_mb * 1024 * 1024);
-  std::vector<std::pair<std::size_t, std::size_t>> ranges;
-  std::vector<std::size_t> bucket_of(layer_bytes.size());
-  for (std::size_t b = 0; b < buckets.size(); ++b) {
-    const std::size_t lo = buckets[b].back(), hi = buckets[b].front();  // layers hi down to lo
-    ranges.emplace_back(net.slots()[lo].weight, net.slots()[hi].bias + net.slots()[hi].out - net.slots()[lo].weight);
-    for (std::size_t l : buckets[b]) bucket_of[l] = b;
-  }
-  std::unique_ptr<GradReducer> reducer =
-      dev->make_reducer(*comm, net.grads(), ranges, 1.0f / static_cast<float>(world));
-  std::vector<std::size_t> pending(buckets.size());
 
   std::optional<Checkpointer> ckpt;
   double stall_s = 0, sync_pack_s = 0;  // checkpoint stalls, and what writing and packing took in the background
@@ -259,19 +294,25 @@ Json run_training(const TrainConfig& c, const Json& provenance, const std::funct
             {"archive_xxh3", d.archive_xxh3.empty() ? Json() : Json(d.archive_xxh3)}});
     }
   };
+  // Every rank: the state is gathered whole (sharded strategies), then rank 0 saves it.
   auto save = [&](std::uint64_t step) {
+    const auto slice = tracer.slice("checkpoint copy", "checkpoint", Json{{"step", step}});
     const auto t0 = Clock::now();
-    TrainState s = ckpt->take_buffer();
-    s.params.resize(net.parameters());
-    s.exp_avg.resize(net.parameters());
-    s.exp_avg_sq.resize(net.parameters());
-    dev->copy_out(s.params.data(), net.params(), s.params.size() * sizeof(float));
-    dev->copy_out(s.exp_avg.data(), net.exp_avg(), s.exp_avg.size() * sizeof(float));
-    dev->copy_out(s.exp_avg_sq.data(), net.exp_avg_sq(), s.exp_avg_sq.size() * sizeof(float));
-    s.step = static_cast<std::int64_t>(step);
-    s.seed = c.seed;
-    s.fingerprint = c.fingerprint();
-    ckpt->save(std::move(s));
+    TrainState s;
+    if (ckpt) {
+      s = ckpt->take_buffer();
+      s.params.resize(net.parameters());
+      s.exp_avg.resize(net.parameters());
+      s.exp_avg_sq.resize(net.parameters());
+    }
+    strategy->gather_state(true, ckpt ? s.params.data() : nullptr, ckpt ? s.exp_avg.data() : nullptr,
+                           ckpt ? s.exp_avg_sq.data() : nullptr);
+    if (ckpt) {
+      s.step = static_cast<std::int64_t>(step);
+      s.seed = c.seed;
+      s.fingerprint = c.fingerprint();
+      ckpt->save(std::move(s));
+    }
     stall_s += since(t0);
     ++checkpoints;
   };
@@ -282,18 +323,45 @@ Json run_training(const TrainConfig& c, const Json& provenance, const std::funct
   const double global_rows = static_cast<double>(c.batch_size) * world;
   double last_eval = std::numeric_limits<double>::quiet_NaN(), last_loss = last_eval;
   std::optional<double> time_to_target;
-  double train_s = 0, compute_s = 0, comm_s = 0, exposed_s = 0, data_s = 0;
+  double train_s = 0, data_s = 0;
+  StepCounters totals;
   std::uint64_t timed_steps = 0;
+  const MemoryHeld memory = strategy->memory();
+  // Collective: every rank's counters (a step's, or the run's mean step), rank 0's first.
+  auto every_rank = [&](const StepCounters& k, double steps) {
+    const std::vector<double> mine = rank_values(k, steps > 0 ? steps : 1, memory);
+    std::vector<double> all(mine.size() * static_cast<std::size_t>(world));
+    std::copy(mine.begin(), mine.end(), all.begin() + static_cast<std::ptrdiff_t>(mine.size()) * rank);
+    comm->allgather(all.data(), mine.size());
+    Json ranks = Json::array();
+    for (int r = 0; r < world; ++r) {
+      const auto first = all.begin() + static_cast<std::ptrdiff_t>(mine.size()) * r;
+      Json one{{"rank", r}};
+      one.update(counters_json(std::vector<double>(first, first + static_cast<std::ptrdiff_t>(mine.size()))));
+      ranks.push_back(std::move(one));
+    }
+    return ranks;
+  };
   const auto t_train = Clock::now();
 
+  // Every rank evaluates as many batches as the rank with the most (a sharded strategy's
+  // evaluation is collective); the ones past its own rows are empty.
+  std::size_t eval_batches = 0;
+  for (int r = 0; r < world; ++r) {
+    const std::size_t n = r == rank ? my_eval.size() : eval_rows(train_rows, data->rows(), r, world).size();
+    eval_batches = std::max(eval_batches, (n + c.batch_size - 1) / c.batch_size);
+  }
   auto evaluate = [&](std::uint64_t step) {
+    const auto slice = tracer.slice("evaluate", "eval", Json{{"step", step}});
     double sums[3] = {0, 0, 0};  // loss sum, correct, rows
     Batch eb;
-    for (std::size_t i = 0; i < my_eval.size(); i += c.batch_size) {
-      const std::size_t n = std::min<std::size_t>(c.batch_size, my_eval.size() - i);
-      eb.fill(*data, std::span(my_eval).subspan(i, n), classify);
-      net.upload_batch(eb.x.data(), eb.y.data(), eb.labels.data(), n);
-      auto [loss_sum, correct] = net.evaluate(n);
+    for (std::size_t b = 0, i = 0; b < eval_batches; ++b, i += c.batch_size) {
+      const std::size_t n = i < my_eval.size() ? std::min<std::size_t>(c.batch_size, my_eval.size() - i) : 0;
+      if (n > 0) {
+        eb.fill(*data, std::span(my_eval).subspan(i, n), classify);
+        strategy->upload_batch(eb.x.data(), eb.y.data(), eb.labels.data(), n);
+      }
+      auto [loss_sum, correct] = strategy->evaluate(n);
       sums[0] += loss_sum;
       sums[1] += static_cast<double>(correct);
       sums[2] += static_cast<double>(n);
@@ -311,57 +379,70 @@ Json run_training(const TrainConfig& c, const Json& provenance, const std::funct
   };
 
   for (std::uint64_t step = start; step < total; ++step) {
+    std::optional<Tracer::Slice> step_slice;
+    if (tracer.enabled())
+      step_slice.emplace(tracer.slice(fmt::format("step {}", step + 1), "step", Json{{"step", step + 1}}));
     const auto t0 = Clock::now();
-    batch.fill(*data, sampler.batch(step), classify);
-    net.upload_batch(batch.x.data(), batch.y.data(), batch.labels.data(), c.batch_size);
+    {
+      const auto slice = tracer.slice("data", "data");
+      batch.fill(*data, sampler.batch(step), classify);
+      strategy->upload_batch(batch.x.data(), batch.y.data(), batch.labels.data(), c.batch_size);
+    }
     const double t_data = since(t0);
 
-    reducer->begin_step();
-    for (std::size_t b = 0; b < buckets.size(); ++b) pending[b] = buckets[b].size();
-    const double loss_sum = net.forward_backward(c.batch_size, loss_scale, [&](std::size_t layer) {
-      if (--pending[bucket_of[layer]] == 0) reducer->ready(bucket_of[layer]);
-    });
-    const CommTimes ct = reducer->wait();
-    const double norm = std::sqrt(net.grad_norm_squared());
+    strategy->begin_step();
+    double loss_sum = 0;
+    {
+      const auto slice = tracer.slice("forward and backward", "compute");
+      loss_sum = strategy->forward_backward(c.batch_size, loss_scale);
+    }
+    std::optional<Tracer::Slice> optimizer_slice;
+    if (tracer.enabled()) optimizer_slice.emplace(tracer.slice("optimizer", "optimizer"));
+    const double norm = std::sqrt(strategy->grad_norm_squared());
     if (!std::isfinite(norm))
       throw Error(Exit::DataErr, fmt::format("step {}: the gradient is not finite (loss {}): lower the learning rate",
                                              step + 1, loss_sum));
     const float clip =
         c.clip_grad_norm > 0 && norm > c.clip_grad_norm ? static_cast<float>(c.clip_grad_norm / (norm + 1e-6)) : 1.0f;
     const double lr = learning_rate(c, step, total);
-    net.step(kernels::AdamwStep::make(static_cast<float>(lr), static_cast<float>(c.beta1), static_cast<float>(c.beta2),
-                                      static_cast<float>(c.eps), static_cast<float>(c.weight_decay), clip,
-                                      static_cast<std::int64_t>(step + 1)));
+    strategy->optimizer_step(kernels::AdamwStep::make(
+        static_cast<float>(lr), static_cast<float>(c.beta1), static_cast<float>(c.beta2), static_cast<float>(c.eps),
+        static_cast<float>(c.weight_decay), clip, static_cast<std::int64_t>(step + 1)));
     dev->synchronize();
+    optimizer_slice.reset();
+    const StepComm sc = strategy->end_step();
     const double step_s = since(t0);
+    const StepCounters counters{step_s - t_data - sc.exposed_s, sc.comm_s, sc.exposed_s, 0.0, sc.sent};
     train_s += step_s;
-    compute_s += step_s - t_data - ct.exposed_s;
-    comm_s += ct.comm_s;
-    exposed_s += ct.exposed_s;
     data_s += t_data;
+    totals.add(counters);
     ++timed_steps;
     heartbeat.beat();
 
     const std::uint64_t done = step + 1;
     if (done % c.log_every == 0 || done == total) {
+      const auto slice = tracer.slice("log", "log");
       double l = loss_sum;
       comm->allreduce_sum(&l, 1);
       last_loss = l * static_cast<double>(loss_scale) / world;
-      emit({{"event", "step"},
-            {"step", done},
-            {"loss", last_loss},
-            {"lr", lr},
-            {"samples_per_s", global_rows / step_s},
-            {"step_time_s", step_s},
-            {"data_s", t_data},
-            {"compute_s", step_s - t_data - ct.exposed_s},
-            {"comm_s", ct.comm_s},
-            {"comm_hidden", ct.hidden_fraction()},
-            {"grad_norm", norm}});
+      Json ranks = every_rank(counters, 1);
+      Json rec{{"event", "step"},
+               {"step", done},
+               {"loss", last_loss},
+               {"lr", lr},
+               {"samples_per_s", global_rows / step_s},
+               {"step_time_s", step_s},
+               {"data_s", t_data},
+               {"grad_norm", norm}};
+      rec.update(ranks.at(0));  // rank 0's counters, and every rank's beside them
+      rec.erase("rank");
+      rec["ranks"] = std::move(ranks);
+      emit(rec);
     }
     if ((c.eval_every > 0 && done % c.eval_every == 0) || done == total) evaluate(done);
-    if (ckpt && (done % c.ckpt_every == 0 || done == total)) save(done);
+    if (c.ckpt_every > 0 && (done % c.ckpt_every == 0 || done == total)) save(done);
     if (ckpt) report_checkpoints();
+    step_slice.reset();
   }
   if (ckpt) {
     ckpt->finish();
@@ -370,10 +451,9 @@ Json run_training(const TrainConfig& c, const Json& provenance, const std::funct
 
   // The final weights' digest: what a reproduction must match bit for bit.
   std::string weights_xxh3;
-  std::vector<float> w;
+  std::vector<float> w(lead ? net.parameters() : 0);
+  strategy->gather_state(false, lead ? w.data() : nullptr, nullptr, nullptr);  // every rank: it may be collective
   if (lead) {
-    w.resize(net.parameters());
-    dev->copy_out(w.data(), net.params(), w.size() * sizeof(float));
     weights_xxh3 =
         digest_hex(digest_bytes(std::string_view(reinterpret_cast<const char*>(w.data()), w.size() * sizeof(float))));
   }
@@ -386,7 +466,9 @@ Json run_training(const TrainConfig& c, const Json& provenance, const std::funct
     out.write(c.output);
   }
   const double steps_run = static_cast<double>(timed_steps);
+  Json ranks = every_rank(totals, steps_run);  // the mean step's counters, every rank's
   Json summary{{"event", "summary"},
+               {"strategy", c.strategy},
                {"device", dev->name()},
                {"device_libraries", dev->libraries().empty() ? Json() : Json(dev->libraries())},
                {"world_size", world},
@@ -398,15 +480,17 @@ Json run_training(const TrainConfig& c, const Json& provenance, const std::funct
                {"samples_per_s", train_s > 0 ? global_rows * steps_run / train_s : 0.0},
                {"step_time_s", steps_run > 0 ? train_s / steps_run : 0.0},
                {"data_s", steps_run > 0 ? data_s / steps_run : 0.0},
-               {"compute_s", steps_run > 0 ? compute_s / steps_run : 0.0},
-               {"comm_s", steps_run > 0 ? comm_s / steps_run : 0.0},
-               {"comm_hidden", comm_s > 0 ? std::clamp(1 - exposed_s / comm_s, 0.0, 1.0) : 1.0},
                {"checkpoints", checkpoints},
                {"checkpoint_stall_s", stall_s},
                {"checkpoint_background_s", sync_pack_s},
                {"threads", threads},
                {"weights_xxh3", weights_xxh3},
                {"wall_s", since(t_start)}};
+  comm->set_tracer(nullptr);
+  if (tracer.enabled()) summary["trace"] = tracer.write();  // every rank writes its own; rank 0's path here
+  summary.update(ranks.at(0));                              // rank 0's mean step, and every rank's beside it
+  summary.erase("rank");
+  summary["ranks"] = std::move(ranks);
   if (c.target_loss) summary["time_to_target_s"] = time_to_target ? Json(*time_to_target) : Json(nullptr);
   if (lead && !c.output.empty()) {  // rank 0 wrote it
     summary["output"] = c.output;

@@ -12,6 +12,7 @@
 #include "rkit/config.hpp"
 #include "rkit/error.hpp"
 #include "rkit/file.hpp"
+#include "strategy.hpp"
 
 namespace rkit::rtrain {
 namespace {
@@ -88,6 +89,8 @@ const OptionTable<TrainConfig>& run_options() {
               [](const C& c) { return std::int64_t{c.threads}; }),
           Options::number("--bucket-mb", "train.bucket_mb", &C::bucket_mb, "MB",
                           "Gradient all-reduce bucket size in MiB (default 1)"),
+          Options::text("--strategy", "train.strategy", &C::strategy, "NAME",
+                        "How the ranks split the work: dp (data parallel), zero1, zero2 or zero3 (default dp)"),
           Options::whole("--ckpt-every", "checkpoint.every", &C::ckpt_every, "N",
                          "Checkpoint every N steps and at the end (default 0: never)"),
           Options::text("--ckpt-dir", "checkpoint.dir", &C::ckpt_dir, "D",
@@ -104,6 +107,8 @@ const OptionTable<TrainConfig>& run_options() {
           Options::text("--output", "", &C::output, "FILE", "Write the final weights here (safetensors)"),
           Options::text("--events", "", &C::events, "FILE",
                         "Also write every rkit.train.event.v1 record here (- for stdout)"),
+          Options::text("--trace", "", &C::trace, "DIR",
+                        "Write each rank's timeline here (Chrome trace format, gzip; rtrain trace merge joins them)"),
       });
   return kOptions;
 }
@@ -185,6 +190,7 @@ void TrainConfig::validate() const {
   if (threads < 0) bad("threads must be 0 (all) or more");
   if (log_every == 0) bad("log_every must be 1 or more");
   if (device != "cpu" && device != "cuda") bad(fmt::format("unknown device '{}' (expected cpu or cuda)", device));
+  check_strategy(strategy);
   if (target_loss && !std::isfinite(*target_loss)) bad("target_loss must be a number");
 }
 

@@ -47,6 +47,7 @@ struct TrainConfig {
   std::string device = "cpu";         // cpu | cuda
   int threads = 0;                    // CPU threads for BLAS (0: the usable cores / LOCAL_WORLD_SIZE)
   double bucket_mb = 1.0;             // gradient bucket size for the overlapped all-reduce
+  std::string strategy = "dp";        // how the ranks split the work (strategy.hpp): dp | zero1 | zero2 | zero3
   // [checkpoint]
   std::uint64_t ckpt_every = 0;  // steps between checkpoints (0: none)
   std::string ckpt_dir;          // default $RKIT_CKPT_DIR
@@ -56,6 +57,7 @@ struct TrainConfig {
   // outputs
   std::string output;  // final weights (safetensors, rank 0)
   std::string events;  // rkit.train.event.v1 records ("-": stdout)
+  std::string trace;   // each rank's timeline here (trace.hpp)
 
   std::size_t outputs() const { return layers.back(); }
   // Checks ranges and combinations; Error(Usage) "lr must be > 0" (the configuration's key names).

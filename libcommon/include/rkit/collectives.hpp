@@ -44,6 +44,12 @@ std::optional<Collective> collective_named(std::string_view name);
 // reduce_scatter and alltoall (n-1)/n; broadcast 1. One rank: 0 but for broadcast.
 double busbw_factor(Collective c, unsigned ranks);
 
+// The bytes one rank sends in the ring algorithm busbw stands for, on nccl-tests' size
+// `bytes`: bytes * busbw_factor in whole bytes (rounded down) — allreduce 2(n-1)/n of it,
+// allgather and reduce_scatter (n-1)/n (so (n-1) blocks), broadcast the whole. The
+// textbook volumes rtrain's counters report and its tests hold against the kernel's.
+std::uint64_t ring_bytes_sent(Collective c, std::uint64_t bytes, unsigned ranks);
+
 // One rank's element counts (float32) for nccl-tests' size `bytes` and `ranks` ranks,
 // as nccl-tests' *GetCollByteCounts compute them (out of place):
 //   allreduce, broadcast   send = recv = param = bytes/4

@@ -26,6 +26,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "rkit/error.hpp"
 
@@ -70,6 +71,24 @@ void gloo_broadcast(const std::shared_ptr<gloo::Context>& ctx, void* data, std::
                     std::uint32_t tag);
 // Returns once every rank has entered it.
 void gloo_barrier(const std::shared_ptr<gloo::Context>& ctx, std::uint32_t tag);
+
+// In place, as NCCL's in-place all-gather: `data` holds ranks * block elements, this
+// rank's own at rank * block; afterwards every rank's block is at its place. Gloo's ring
+// (gloo::allgather): each rank sends (ranks - 1) * block elements.
+void gloo_allgather(const std::shared_ptr<gloo::Context>& ctx, float* data, std::size_t block, std::uint32_t tag);
+void gloo_allgather(const std::shared_ptr<gloo::Context>& ctx, double* data, std::size_t block, std::uint32_t tag);
+
+// In place, as NCCL's in-place reduce-scatter: `data` holds ranks * block floats; block r
+// of the sum over ranks is left at r * block on rank r (the other blocks hold partial
+// sums). A ring on Gloo's transport, the reduce-scatter half of gloo::allreduce's ring,
+// which nccl-tests' (n-1)/n factor describes: each rank sends (ranks - 1) * block floats.
+// Gloo's own reduce-scatter (ReduceScatterHalvingDoubling) is not used: a rank other
+// than 0 copies its result to the start of its buffer while its first send from there
+// may still be in flight, and rank 0 then gets a corrupt block (rbench's comm.gloo check
+// saw it at 64 MiB on a busy machine; jax-ml/jax#40830).
+// `scratch` is reused between calls (up to 2 MiB: two segments of up to 1 MiB).
+void gloo_reduce_scatter_sum(const std::shared_ptr<gloo::Context>& ctx, float* data, std::size_t block,
+                             std::uint32_t tag, std::vector<float>& scratch);
 
 // Gloo's message without its "[file:line] " prefix, on one line.
 std::string gloo_reason(std::string_view what);

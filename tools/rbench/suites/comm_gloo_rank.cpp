@@ -4,15 +4,13 @@
 // gloo::allreduce with AllreduceOptions (default algorithm: ring) in place with
 // gloo::sum<float>, gloo::allgather into one flat buffer, gloo::broadcast in place from
 // rank 0. PyTorch has no Gloo reduce_scatter, and Gloo's own is wrong at times (see
-// RingReduceScatterOp): reduce_scatter is a ring on Gloo's transport, as NCCL's.
+// gloo_reduce_scatter_sum in rkit/gloo.hpp): reduce_scatter is a ring on Gloo's
+// transport, as NCCL's, the same rtrain's sharded strategies use.
 #include <fmt/format.h>
 
 #include <gloo/allgather.h>
 #include <gloo/context.h>
-#include <gloo/math.h>
 #include <gloo/rendezvous/file_store.h>
-#include <gloo/transport/unbound_buffer.h>
-#include <gloo/types.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -87,73 +85,6 @@ Buffer aligned_floats(std::size_t n) {
 // the same calls, so their tags agree.
 using Op = std::function<void(std::uint32_t)>;
 
-// reduce_scatter as a ring on Gloo's transport: the reduce-scatter half of gloo::allreduce's
-// ring, the algorithm nccl-tests' (n-1)/n factor describes. Gloo's own reduce-scatter
-// (ReduceScatterHalvingDoubling) is not used: a rank other than 0 copies its result to
-// the start of its buffer while its first send from there may still be in flight, and
-// rank 0 then gets a corrupt block (this suite's check sees it at 64 MiB on a busy
-// machine; jax-ml/jax#40830). In place, as NCCL's in-place reduce-scatter: rank r's block
-// of the sum is left where it was, at r * block.
-//
-// In n-1 steps, rank r sends block (r-s-1) mod n to r+1 and adds block (r-s-2) mod n from
-// r-1 into its own, in segments of up to 1 MiB (Gloo's) with two in flight; at least two
-// segments per block, so that a block is summed before it is sent on.
-class RingReduceScatterOp {
- public:
-  RingReduceScatterOp(std::shared_ptr<gloo::Context> ctx, float* buf, std::size_t block)
-      : ctx_(std::move(ctx)), buf_(buf), block_(block) {
-    constexpr std::size_t kSegmentElements = (1u << 20) / sizeof(float);
-    segments_ = std::max<std::size_t>(2, (block_ + kSegmentElements - 1) / kSegmentElements);
-    segment_ = (block_ + segments_ - 1) / segments_;
-    tmp_.reset(new float[2 * segment_]);
-  }
-
-  void run(std::uint32_t tag) {
-    const std::size_t n = static_cast<std::size_t>(ctx_->size), r = static_cast<std::size_t>(ctx_->rank);
-    if (n < 2) return;
-    auto data = ctx_->createUnboundBuffer(buf_, n * block_ * sizeof(float));
-    auto tmp = ctx_->createUnboundBuffer(tmp_.get(), 2 * segment_ * sizeof(float));
-    const std::uint64_t slot = gloo::Slot::build(kSlotPrefix, tag);
-    const int right = static_cast<int>((r + 1) % n), left = static_cast<int>((r + n - 1) % n);
-    const auto timeout = ctx_->getTimeout();
-    struct Piece {
-      std::size_t send, recv, len;  // element offsets in buf_, and length
-    };
-    auto piece = [&](std::size_t i) {
-      const std::size_t step = i / segments_, k = i % segments_;
-      const std::size_t first = std::min(k * segment_, block_);
-      const std::size_t len = std::min(segment_, block_ - first);
-      return Piece{((r + 2 * n - step - 1) % n) * block_ + first, ((r + 2 * n - step - 2) % n) * block_ + first, len};
-    };
-    const std::size_t total = (n - 1) * segments_;
-    for (std::size_t i = 0; i < total + 2; ++i) {
-      if (i >= 2) {  // the piece of two iterations ago: add what came, and let its send finish
-        const Piece p = piece(i - 2);
-        if (p.len > 0) {
-          tmp->waitRecv(timeout);
-          const float* got = tmp_.get() + ((i - 2) & 1) * segment_;
-          gloo::sum<float>(buf_ + p.recv, buf_ + p.recv, got, p.len);
-          data->waitSend(timeout);
-        }
-      }
-      if (i < total) {
-        const Piece p = piece(i);
-        if (p.len > 0) {
-          data->send(right, slot, p.send * sizeof(float), p.len * sizeof(float));
-          tmp->recv(left, slot, (i & 1) * segment_ * sizeof(float), p.len * sizeof(float));
-        }
-      }
-    }
-  }
-
- private:
-  static constexpr std::uint8_t kSlotPrefix = 0x20;  // Gloo's own collectives use 0x01 to 0x08
-  std::shared_ptr<gloo::Context> ctx_;
-  float* buf_;
-  std::size_t block_, segments_ = 2, segment_ = 0;
-  std::unique_ptr<float[]> tmp_;
-};
-
 Op make_op(Collective c, const std::shared_ptr<gloo::Context>& ctx, const CollectiveCounts& k, float* in, float* out) {
   switch (c) {
     case Collective::Allreduce:
@@ -167,7 +98,9 @@ Op make_op(Collective c, const std::shared_ptr<gloo::Context>& ctx, const Collec
         gloo::allgather(opts);
       };
     case Collective::ReduceScatter:
-      return [ring = std::make_shared<RingReduceScatterOp>(ctx, in, k.param)](std::uint32_t tag) { ring->run(tag); };
+      return [ctx, in, block = k.param, scratch = std::make_shared<std::vector<float>>()](std::uint32_t tag) {
+        gloo_reduce_scatter_sum(ctx, in, block, tag, *scratch);
+      };
     case Collective::Broadcast:
       return [ctx, in, n = k.send](std::uint32_t tag) { gloo_broadcast(ctx, in, n * sizeof(float), 0, tag); };
     case Collective::Alltoall: break;  // not one of kGlooCollectives

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# rtrain run's strategies on 2 ranks (rtrain launch, 1 thread each, Gloo over loopback):
+# each ZeRO stage's samples/s beside data parallel's on the reference workload (the
+# 256→1024→1024→1 GELU MLP, batch 512 a rank), in rounds that alternate the strategies
+# (5 rounds; medians, and the median of each round's ratio). Each row also carries the
+# step's exposed communication and the bytes a rank sent, from the summary.
+set -euo pipefail
+rtrain=$RKIT_BUILD_DIR/tools/rtrain/rtrain
+[[ -x $rtrain ]] || { echo "rtrain_strategy.sh: error: no rtrain at $rtrain (build it first)" >&2; exit 1; }
+source "$(dirname "$0")/lib/stats.sh"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cd "$tmp"
+export RKIT_STATE_DIR=$tmp/state
+ROUNDS=${ROUNDS:-5}
+strategies=(dp zero1 zero2 zero3)
+workload=(--steps 60 --warmup-steps 5 --rows 60000 --threads 1 --no-track -q)
+
+for ((i = 0; i < ROUNDS; i++)); do
+  for s in "${strategies[@]}"; do
+    rm -f run.jsonl
+    "$rtrain" launch --nproc-per-node 2 --master-port 0 -- "$rtrain" run "${workload[@]}" --strategy "$s" \
+      --events run.jsonl >/dev/null
+    jq -c 'select(.event == "summary")' run.jsonl >>"$s.summaries"
+    jq 'select(.event == "summary") | .samples_per_s' run.jsonl >>"$s.rate"
+  done
+done
+for s in zero1 zero2 zero3; do
+  jq -n -c --arg s "$s" --argjson r "$(median <"$s.rate")" --argjson a "$(median <dp.rate)" \
+    --argjson v "$(pair_ratio_median "$s.rate" dp.rate)" --argjson n "$ROUNDS" \
+    --slurpfile z "$s.summaries" --slurpfile d dp.summaries '
+    { kind: "value", name: "rtrain_\($s)_2_ranks_samples_per_s_vs_dp",
+      command: "rtrain launch --nproc-per-node 2 -- rtrain run --strategy \($s) --threads 1 (256-1024-1024-1 MLP, batch 512 a rank)",
+      anchor: "the same with --strategy dp", unit: "ratio", runs: $n,
+      rkit_value: $r, anchor_value: $a, value: $v, informational: true, values_unit: "samples/s",
+      exposed_s: ($z | map(.exposed_s) | sort | .[length / 2 | floor]),
+      anchor_exposed_s: ($d | map(.exposed_s) | sort | .[length / 2 | floor]),
+      bytes_sent: $z[0].bytes_sent, anchor_bytes_sent: $d[0].bytes_sent, memory_bytes: $z[0].memory_bytes,
+      anchor_memory_bytes: $d[0].memory_bytes }'
+done
