@@ -171,8 +171,9 @@ class SlurmBackend final : public RemoteBackend {
       refused("sacct", r);
     }
     // sacct learns of a job some time after its submission (slurmctld reports in
-    // batches), and its pending reasons lag the scheduler's: squeue's for those, in one
-    // more call, when any job waits or is not in sacct yet.
+    // batches), and its pending reasons and states lag the scheduler's: squeue's for
+    // those (every state: one just cancelled too), in one more call, when any job waits
+    // or is not in sacct yet.
     std::map<std::string, Store::RemoteState*> by_id;
     for (auto& st : states) by_id[st.remote_id] = &st;
     std::set<std::string> ask;
@@ -180,21 +181,29 @@ class SlurmBackend final : public RemoteBackend {
       if (auto it = by_id.find(id); it == by_id.end() || it->second->state == JobState::Pending)
         ask.insert(base_id(id));
     if (ask.empty()) return states;
-    const RunResult q = call({"squeue", "-h", "-r", "-j", comma_list(ask), "-o", "%i|%T|%r"}, {}, 0);
+    const RunResult q = call({"squeue", "-h", "-r", "-t", "all", "-j", comma_list(ask), "-o", "%i|%T|%r"}, {}, 0);
     if (!q.status.success()) return states;  // gone from the queue meanwhile: sacct's then
     std::vector<Store::RemoteState> added;
     for (std::string_view line : split(q.out, '\n')) {
       const auto f = split(line, '|');
       if (f.size() != 3) continue;
       const std::string id(f[0]);
+      // squeue knows no exit codes or signals: an ended job's state is sacct's to give,
+      // but for a cancel (slurmctld is ahead of sacct; it ends when rsub learns of it).
+      const JobState said = slurm_state(f[1]);
+      if (terminal(said) && said != JobState::Cancelled) continue;
       Store::RemoteState* st = by_id.count(id) ? by_id[id] : nullptr;
       if (!st) {
         if (std::find(ids.begin(), ids.end(), id) == ids.end()) continue;
         st = &added.emplace_back();
         st->remote_id = id;
-        st->state = slurm_state(f[1]);
+        st->state = said;
       }
       if (st->state != JobState::Pending) continue;
+      if (said != JobState::Pending) {
+        st->state = said;
+        continue;
+      }
       st->reason = std::string(f[2]);
       st->held = st->reason.starts_with("JobHeld");
     }
