@@ -2,8 +2,12 @@
 # rtrain run's strategies on 2 ranks (rtrain launch, 1 thread each, Gloo over loopback):
 # each ZeRO stage's samples/s beside data parallel's on the reference workload (the
 # 256→1024→1024→1 GELU MLP, batch 512 a rank), in rounds that alternate the strategies
-# (5 rounds; medians, and the median of each round's ratio). Each row also carries the
-# step's exposed communication and the bytes a rank sent, from the summary.
+# (5 rounds; medians, and the median of each round's ratio; goals: ZeRO-1 and 2, which
+# send what dp sends, ≥ 0.9 of dp; ZeRO-3, which sends half again, ≥ 0.7). Each row also carries the
+# step's exposed communication and the bytes a rank sent, from the summary. Then the cost
+# of --trace: data parallel's and ZeRO-3's samples/s with a trace over without, in
+# alternating pairs of 300-step runs, 7 pairs (goal ≥ 0.98: a trace costs at most 2% of
+# a step).
 set -euo pipefail
 rtrain=$RKIT_BUILD_DIR/tools/rtrain/rtrain
 [[ -x $rtrain ]] || { echo "rtrain_strategy.sh: error: no rtrain at $rtrain (build it first)" >&2; exit 1; }
@@ -16,14 +20,16 @@ ROUNDS=${ROUNDS:-5}
 strategies=(dp zero1 zero2 zero3)
 workload=(--steps 60 --warmup-steps 5 --rows 60000 --threads 1 --no-track -q)
 
+run2() {  # run2 NAME ARGS...: one 2-rank run, its summary and rate kept under NAME
+  local name=$1
+  shift
+  rm -rf run.jsonl tr
+  "$rtrain" launch --nproc-per-node 2 --master-port 0 -- "$rtrain" run "${workload[@]}" "$@" --events run.jsonl >/dev/null
+  jq -c 'select(.event == "summary")' run.jsonl >>"$name.summaries"
+  jq 'select(.event == "summary") | .samples_per_s' run.jsonl >>"$name.rate"
+}
 for ((i = 0; i < ROUNDS; i++)); do
-  for s in "${strategies[@]}"; do
-    rm -f run.jsonl
-    "$rtrain" launch --nproc-per-node 2 --master-port 0 -- "$rtrain" run "${workload[@]}" --strategy "$s" \
-      --events run.jsonl >/dev/null
-    jq -c 'select(.event == "summary")' run.jsonl >>"$s.summaries"
-    jq 'select(.event == "summary") | .samples_per_s' run.jsonl >>"$s.rate"
-  done
+  for s in "${strategies[@]}"; do run2 "$s" --strategy "$s"; done
 done
 for s in zero1 zero2 zero3; do
   jq -n -c --arg s "$s" --argjson r "$(median <"$s.rate")" --argjson a "$(median <dp.rate)" \
@@ -32,9 +38,30 @@ for s in zero1 zero2 zero3; do
     { kind: "value", name: "rtrain_\($s)_2_ranks_samples_per_s_vs_dp",
       command: "rtrain launch --nproc-per-node 2 -- rtrain run --strategy \($s) --threads 1 (256-1024-1024-1 MLP, batch 512 a rank)",
       anchor: "the same with --strategy dp", unit: "ratio", runs: $n,
-      rkit_value: $r, anchor_value: $a, value: $v, informational: true, values_unit: "samples/s",
+      rkit_value: $r, anchor_value: $a, value: $v, goal_min: (if $s == "zero3" then 0.7 else 0.9 end),
+      values_unit: "samples/s",
       exposed_s: ($z | map(.exposed_s) | sort | .[length / 2 | floor]),
       anchor_exposed_s: ($d | map(.exposed_s) | sort | .[length / 2 | floor]),
       bytes_sent: $z[0].bytes_sent, anchor_bytes_sent: $d[0].bytes_sent, memory_bytes: $z[0].memory_bytes,
       anchor_memory_bytes: $d[0].memory_bytes }'
+done
+
+workload=(--steps 300 --warmup-steps 5 --rows 200000 --threads 1 --no-track -q)
+PAIRS=${PAIRS:-7}
+for s in dp zero3; do
+  for ((i = 0; i < PAIRS; i++)); do
+    if ((i % 2)); then
+      run2 "$s.traced" --strategy "$s" --trace tr
+      run2 "$s.plain" --strategy "$s"
+    else
+      run2 "$s.plain" --strategy "$s"
+      run2 "$s.traced" --strategy "$s" --trace tr
+    fi
+  done
+  jq -n -c --arg s "$s" --argjson r "$(median <"$s.traced.rate")" --argjson a "$(median <"$s.plain.rate")" \
+    --argjson v "$(pair_ratio_median "$s.traced.rate" "$s.plain.rate")" --argjson n "$PAIRS" '
+    { kind: "value", name: "rtrain_trace_\($s)_2_ranks_samples_per_s_vs_untraced",
+      command: "rtrain launch --nproc-per-node 2 -- rtrain run --strategy \($s) --trace DIR --threads 1 --steps 300",
+      anchor: "the same without --trace", unit: "ratio", runs: $n,
+      rkit_value: $r, anchor_value: $a, value: $v, goal_min: 0.98, values_unit: "samples/s" }'
 done
