@@ -164,6 +164,7 @@ struct Communicator::Worker {
   double step_comm_s = 0;
   CommCounters counters;
   Tracer* tracer = nullptr;
+  std::vector<float> scratch;  // the ring reduce-scatter's, reused (the worker thread's alone)
   std::thread thread;
 
   ~Worker() {
@@ -317,6 +318,7 @@ void Communicator::broadcast(void* data, std::size_t bytes, int root) {
   std::shared_ptr<gloo::Context> ctx = worker_->context;
   worker_->run_blocking({"broadcast", fmt::format("{} bytes from rank {}", bytes, root),
                          [ctx, data, bytes, root](std::uint32_t tag) { gloo_broadcast(ctx, data, bytes, root, tag); },
+                         // Gloo's broadcast is one-to-all: the root sends the whole to each other rank
                          false, Collective::Broadcast, rank_ == root ? bytes * (world_ - 1u) : 0});
 }
 
@@ -435,14 +437,14 @@ Communicator::Ticket Communicator::start_reduce_scatter(float* data, std::size_t
   }
   auto ctx = worker_->context;
   const std::uint64_t bytes = block * sizeof(float) * static_cast<std::uint64_t>(world_);
-  return worker_->submit({"reduce_scatter", fmt::format("{}, {} floats a rank", what, block),
-                          [ctx, data, mine, block, scale, then = std::move(then),
-                           scratch = std::make_shared<std::vector<float>>()](std::uint32_t tag) {
-                            gloo_reduce_scatter_sum(ctx, data, block, tag, *scratch);
-                            scale_floats(mine, block, scale);
-                            if (then) then();
-                          },
-                          false, Collective::ReduceScatter, ring_bytes_sent(Collective::ReduceScatter, bytes, world_)});
+  return worker_->submit(
+      {"reduce_scatter", fmt::format("{}, {} floats a rank", what, block),
+       [ctx, data, mine, block, scale, then = std::move(then), w = worker_.get()](std::uint32_t tag) {
+         gloo_reduce_scatter_sum(ctx, data, block, tag, w->scratch);
+         scale_floats(mine, block, scale);
+         if (then) then();
+       },
+       false, Collective::ReduceScatter, ring_bytes_sent(Collective::ReduceScatter, bytes, world_)});
 }
 
 Communicator::Ticket Communicator::start_allgather(float* data, std::size_t block, std::string what) {
@@ -467,6 +469,13 @@ void Communicator::set_tracer(Tracer* tracer) {
   if (!worker_) return;
   std::lock_guard lock(worker_->mu);
   worker_->tracer = tracer && tracer->enabled() ? tracer : nullptr;
+}
+
+void Communicator::drain() noexcept {
+  if (!worker_) return;
+  std::unique_lock lock(worker_->mu);
+  const std::uint64_t last = worker_->submitted;
+  worker_->cv.wait(lock, [&] { return worker_->completed >= last || worker_->stopping; });
 }
 
 CommCounters Communicator::counters() const {

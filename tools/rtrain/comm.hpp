@@ -151,6 +151,9 @@ class Communicator {
   // Blocks until the ticket's collective (and every one queued before it) is done and
   // returns the seconds it blocked; the communicator's error when one failed.
   double wait_for(Ticket ticket);
+  // Waits for every collective queued so far and swallows their errors: for a
+  // destructor of buffers they use, when an error has left some in flight.
+  void drain() noexcept;
   // This rank's collectives so far.
   CommCounters counters() const;
   // Every collective from now on is a slice of the tracer's "collectives" thread, with

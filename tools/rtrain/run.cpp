@@ -248,7 +248,8 @@ Json run_training(const TrainConfig& c, const Json& provenance, const std::funct
   const std::uint64_t total = c.steps > 0 ? c.steps : c.epochs * sampler.steps_per_epoch();
   const std::vector<std::uint64_t> my_eval = eval_rows(train_rows, data->rows(), rank, world);
 
-  std::unique_ptr<Strategy> strategy = make_strategy(c.strategy, {*dev, *comm, c, &tracer});
+  std::unique_ptr<Strategy> strategy =
+      make_strategy(c.strategy, {*dev, *comm, c, tracer.enabled() ? &tracer : nullptr});
   Mlp& net = strategy->net();
   strategy->load_state(initial_params(net.slots(), c.seed).data(), nullptr, nullptr);
   std::uint64_t start = 0;
@@ -444,6 +445,13 @@ Json run_training(const TrainConfig& c, const Json& provenance, const std::funct
     if (ckpt) report_checkpoints();
     step_slice.reset();
   }
+  // The last collectives, before rank 0 alone waits for its checkpoints and writes the
+  // output (the other ranks would otherwise wait on it, up to the timeout): the final
+  // weights, and every rank's counters of the mean step.
+  std::vector<float> w(lead ? net.parameters() : 0);
+  strategy->gather_state(false, lead ? w.data() : nullptr, nullptr, nullptr);
+  const double steps_run = static_cast<double>(timed_steps);
+  Json ranks = every_rank(totals, steps_run);
   if (ckpt) {
     ckpt->finish();
     report_checkpoints();
@@ -451,8 +459,6 @@ Json run_training(const TrainConfig& c, const Json& provenance, const std::funct
 
   // The final weights' digest: what a reproduction must match bit for bit.
   std::string weights_xxh3;
-  std::vector<float> w(lead ? net.parameters() : 0);
-  strategy->gather_state(false, lead ? w.data() : nullptr, nullptr, nullptr);  // every rank: it may be collective
   if (lead) {
     weights_xxh3 =
         digest_hex(digest_bytes(std::string_view(reinterpret_cast<const char*>(w.data()), w.size() * sizeof(float))));
@@ -465,8 +471,6 @@ Json run_training(const TrainConfig& c, const Json& provenance, const std::funct
       out.add(t.name, safetensors::Dtype::F32, t.shape, std::as_bytes(std::span(w.data() + t.offset, t.count)));
     out.write(c.output);
   }
-  const double steps_run = static_cast<double>(timed_steps);
-  Json ranks = every_rank(totals, steps_run);  // the mean step's counters, every rank's
   Json summary{{"event", "summary"},
                {"strategy", c.strategy},
                {"device", dev->name()},

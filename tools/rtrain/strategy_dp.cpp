@@ -33,6 +33,7 @@ class DataParallel : public Strategy {
     tracer_ = s.tracer;
   }
 
+  ~DataParallel() override { comm_.drain(); }  // an error between a bucket's ready and wait
   Mlp& net() override { return net_; }
 
   void load_state(const float* params, const float* exp_avg, const float* exp_avg_sq) override {

@@ -70,6 +70,10 @@ class Zero : public Strategy, private LayerStore {
     tracer_ = s.tracer;
   }
 
+  // An error can leave gathers and reduce-scatters in flight on this rank's buffers
+  // (the next forward pass waits for the parameters' only as it reaches them).
+  ~Zero() override { comm_.drain(); }
+
   Mlp& net() override { return net_; }
 
   void load_state(const float* params, const float* exp_avg, const float* exp_avg_sq) override {

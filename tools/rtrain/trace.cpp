@@ -4,8 +4,12 @@
 #include <fmt/format.h>
 #include <zlib.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
+#include <cstring>
 #include <filesystem>
 #include <map>
 
@@ -30,13 +34,23 @@ std::string gzip(std::string_view text, const std::string& what) {
   z_stream z{};
   if (deflateInit2(&z, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK)
     throw Error(Exit::Software, what + ": zlib cannot start");
-  std::string out(deflateBound(&z, static_cast<uLong>(text.size())) + 32, '\0');
-  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(text.data()));
-  z.avail_in = static_cast<uInt>(text.size());
-  z.next_out = reinterpret_cast<Bytef*>(out.data());
-  z.avail_out = static_cast<uInt>(out.size());
-  const int rc = deflate(&z, Z_FINISH);
-  out.resize(z.total_out);
+  std::string out;
+  char buf[1 << 16];
+  std::size_t at = 0;
+  int rc = Z_OK;
+  do {  // in pieces: zlib's counts are 32-bit
+    const std::size_t piece = std::min<std::size_t>(text.size() - at, 1u << 30);
+    z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(text.data() + at));
+    z.avail_in = static_cast<uInt>(piece);
+    at += piece;
+    const int flush = at == text.size() ? Z_FINISH : Z_NO_FLUSH;
+    do {
+      z.next_out = reinterpret_cast<Bytef*>(buf);
+      z.avail_out = sizeof buf;
+      rc = deflate(&z, flush);
+      out.append(buf, sizeof buf - z.avail_out);
+    } while (z.avail_out == 0 && rc == Z_OK);
+  } while (at < text.size() && rc == Z_OK);
   deflateEnd(&z);
   if (rc != Z_STREAM_END) throw Error(Exit::Software, what + ": zlib failed");
   return out;
@@ -46,7 +60,13 @@ void write_gz(const std::string& path, std::string_view text) { atomic_write_fil
 
 }  // namespace
 
-Tracer::Tracer(std::string dir, int rank, int world) : dir_(std::move(dir)), rank_(rank), world_(world) {}
+Tracer::Tracer(std::string dir, int rank, int world) : dir_(std::move(dir)), rank_(rank), world_(world) {
+  if (dir_.empty()) return;
+  std::error_code ec;  // the folder now, not after hours of training
+  std::filesystem::create_directories(dir_, ec);
+  if (ec || ::access(dir_.c_str(), W_OK) != 0)
+    throw Error(Exit::IoErr, fmt::format("--trace {}: {}", dir_, ec ? ec.message() : std::strerror(errno)));
+}
 
 void Tracer::align(const std::function<void()>& barrier) {
   barrier();
@@ -67,9 +87,6 @@ std::string trace_file(const std::string& dir, int rank) { return fmt::format("{
 
 std::string Tracer::write() {
   if (!enabled()) return "";
-  std::error_code ec;
-  std::filesystem::create_directories(dir_, ec);
-  if (ec) throw Error(Exit::IoErr, fmt::format("--trace {}: {}", dir_, ec.message()));
   std::string out = "{\"traceEvents\":[\n";
   auto meta = [&](const char* what, int tid, const std::string& name) {
     out += fmt::format("{{\"ph\":\"M\",\"name\":\"{}\",\"pid\":{},\"tid\":{},\"args\":{{\"name\":", what, rank_, tid);
@@ -127,9 +144,13 @@ std::pair<int, std::size_t> merge_traces(const std::string& dir, const std::stri
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename();
+    constexpr std::string_view prefix = "rank-", suffix = ".trace.json.gz";
+    if (!name.starts_with(prefix) || !name.ends_with(suffix)) continue;
     int rank = -1;
-    if (std::sscanf(name.c_str(), "rank-%d.trace.json.gz", &rank) == 1 && rank >= 0 &&
-        name == fmt::format("rank-{}.trace.json.gz", rank))
+    const char* first = name.data() + prefix.size();
+    const char* last = name.data() + name.size() - suffix.size();
+    if (auto [p, err] = std::from_chars(first, last, rank);
+        err == std::errc() && p == last && rank >= 0 && name == fmt::format("rank-{}{}", rank, suffix))
       files[rank] = entry.path();
   }
   if (ec) throw Error(Exit::NoInput, fmt::format("{}: {}", dir, ec.message()));

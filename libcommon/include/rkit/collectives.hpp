@@ -46,8 +46,10 @@ double busbw_factor(Collective c, unsigned ranks);
 
 // The bytes one rank sends in the ring algorithm busbw stands for, on nccl-tests' size
 // `bytes`: bytes * busbw_factor in whole bytes (rounded down) — allreduce 2(n-1)/n of it,
-// allgather and reduce_scatter (n-1)/n (so (n-1) blocks), broadcast the whole. The
-// textbook volumes rtrain's counters report and its tests hold against the kernel's.
+// allgather and reduce_scatter (n-1)/n (so (n-1) blocks), broadcast the whole (a
+// pipelined chain's; Gloo's one-to-all broadcast has its root send the whole to each
+// other rank instead). The textbook volumes rtrain's counters report and its tests hold
+// against the kernel's.
 std::uint64_t ring_bytes_sent(Collective c, std::uint64_t bytes, unsigned ranks);
 
 // One rank's element counts (float32) for nccl-tests' size `bytes` and `ranks` ranks,

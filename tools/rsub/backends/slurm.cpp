@@ -202,6 +202,8 @@ class SlurmBackend final : public RemoteBackend {
       if (st->state != JobState::Pending) continue;
       if (said != JobState::Pending) {
         st->state = said;
+        st->reason.clear();  // sacct's pending reason and hold are over
+        st->held = false;
         continue;
       }
       st->reason = std::string(f[2]);
