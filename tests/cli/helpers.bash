@@ -34,6 +34,17 @@ wait_state() {
   return 1
 }
 
+# worker_of LAUNCHER R: prints the pid of rtrain launch LAUNCHER's worker of rank R (its
+# child whose environment holds RANK=R); fails when there is none.
+worker_of() {
+  local pid
+  for pid in $(pgrep -P "$1"); do
+    tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "RANK=$2" && { echo "$pid"; return 0; }
+  done
+  echo "no worker of rank $2 under launcher $1" >&2
+  return 1
+}
+
 # refute_alive PID...: fails, naming it, when any of the processes still exists.
 refute_alive() {
   local pid

@@ -52,11 +52,7 @@ small=(--layers 32,64,64,1 --rows 20000 --threads 1)
     rtrain run "${args[@]}" --output out.safetensors --events run.jsonl 2>launch.err &
   launcher=$!
   for ((n = 0; n < 300; n++)); do [[ -e ck/step-50.rkpt ]] && break; sleep 0.05; done
-  victim=
-  for pid in $(pgrep -P "$launcher"); do
-    tr '\0' '\n' <"/proc/$pid/environ" | grep -qx RANK=1 && victim=$pid
-  done
-  [[ -n $victim ]]
+  victim=$(worker_of "$launcher" 1)
   kill -9 "$victim"
   wait "$launcher"
   jq -e -s 'map(select(.event == "restart")) | length == 1' launch.jsonl

@@ -65,11 +65,7 @@ losses() { jq -s -c '[.[] | select(.event == "step") | .loss]' "$1"; }
       rtrain run "${args[@]}" --strategy "$z" --output "out-$z.safetensors" --events "run-$z.jsonl" 2>"launch-$z.err" &
     launcher=$!
     for ((n = 0; n < 600; n++)); do [[ -e ck-$z/step-50.rkpt ]] && break; sleep 0.05; done
-    victim=
-    for pid in $(pgrep -P "$launcher"); do
-      tr '\0' '\n' <"/proc/$pid/environ" | grep -qx RANK=1 && victim=$pid
-    done
-    [[ -n $victim ]]
+    victim=$(worker_of "$launcher" 1)
     kill -9 "$victim"
     wait "$launcher"
     jq -e -s 'map(select(.event == "restart")) | length == 1' "launch-$z.jsonl"
