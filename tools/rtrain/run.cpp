@@ -179,7 +179,7 @@ Json counters_json(const std::vector<double>& v) {
               {"comm_s", v[1]},
               {"exposed_s", v[2]},
               {"hidden_s", std::max(0.0, v[1] - v[2])},
-              {"comm_hidden", v[1] > 0 ? std::clamp(1 - v[2] / v[1], 0.0, 1.0) : 1.0},
+              {"comm_hidden", CommTimes{v[1], v[2]}.hidden_fraction()},
               {"bubble_s", v[3]},
               {"bytes_sent", bytes_json(bytes)},
               {"memory_bytes", Json{{"params", static_cast<std::uint64_t>(v[m])},

@@ -43,7 +43,6 @@ struct StepComm {
   double comm_s = 0;     // time spent in the step's collectives
   double exposed_s = 0;  // time the step waited for them
   CommCounters sent;     // bytes sent, by collective (ring_bytes_sent)
-  double hidden_s() const { return comm_s > exposed_s ? comm_s - exposed_s : 0; }
 };
 
 // What this rank holds, in bytes: the state the strategy keeps between steps
