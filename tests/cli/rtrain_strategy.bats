@@ -1,8 +1,8 @@
 #!/usr/bin/env bats
-# rtrain run --strategy: ZeRO stages 1 to 3 on 2 ranks under rtrain launch follow data
-# parallel's loss curve; their step records count the textbook bytes and the ZeRO
-# paper's memory; a rank killed with kill -9 resumes to the same bits; a checkpoint
-# saved sharded on 2 ranks resumes whole on 1.
+# rtrain run --strategy: ZeRO stages 1 to 3, tensor and pipeline parallel on 2 ranks
+# under rtrain launch follow data parallel's loss curve; their step records count the
+# textbook bytes and the memory held; a rank killed with kill -9 resumes to the same bits;
+# a checkpoint saved sharded on 2 ranks resumes whole on 1.
 bats_require_minimum_version 1.5.0
 
 setup() {
@@ -16,11 +16,11 @@ launch2=(rtrain launch --nproc-per-node 2 --master-port 0 --)
 
 losses() { jq -s -c '[.[] | select(.event == "step") | .loss]' "$1"; }
 
-@test "every ZeRO stage on 2 ranks follows data parallel's loss curve within 1e-5 over 100 steps" {
+@test "every strategy on 2 ranks follows data parallel's loss curve within 1e-5 over 100 steps" {
   args=("${small[@]}" --steps 100 --log-every 1 --warmup-steps 10 --batch-size 64 -q)
   run -0 "${launch2[@]}" rtrain run "${args[@]}" --events dp.jsonl
   losses dp.jsonl >dp
-  for z in zero1 zero2 zero3; do
+  for z in zero1 zero2 zero3 tp pp; do
     run -0 "${launch2[@]}" rtrain run "${args[@]}" --strategy "$z" --events "$z.jsonl"
     jq -e -s --arg z "$z" 'map(select(.event == "summary"))[0] | .strategy == $z and .world_size == 2' "$z.jsonl"
     losses "$z.jsonl" >"$z"
@@ -50,15 +50,28 @@ losses() { jq -s -c '[.[] | select(.event == "step") | .loss]' "$1"; }
         and .bytes_sent.allgather == (if $z == "zero3" then 4 else 2 end) * $p
         and [.memory_bytes.params, .memory_bytes.grads, .memory_bytes.optimizer] == held)' "$z.jsonl"
   done
+  # Tensor parallel (pair 0-1 split, layer 2 whole): the pair's output all-reduced forward,
+  # 32 rows x 64 floats (its input, layer 0's, needs no gradient); the gradient norm's 8
+  # bytes. Each rank holds layer 0's half rows, layer 1's half columns and bias, layer 2.
+  run -0 "${launch2[@]}" rtrain run "${small[@]}" --steps 4 --log-every 1 --batch-size 16 --strategy tp -q --events tp.jsonl
+  jq -e -s 'map(select(.event == "step")) | length == 4 and all(.ranks[] |
+    .bytes_sent.allreduce == 4 * 32 * 64 + 8 and .bytes_sent.send_recv == 0
+    and .memory_bytes.params == 4 * (32 * 32 + 32 + 64 * 32 + 64 + 64 * 2 + 2))' tp.jsonl
+  # Pipeline parallel (stages: layer 0 | layers 1 and 2): stage 0 sends 32 rows x 64
+  # activations, stage 1 their gradients, whatever the micro-batches.
+  run -0 "${launch2[@]}" rtrain run "${small[@]}" --steps 4 --log-every 1 --batch-size 16 --strategy pp     --micro-batches 4 --schedule gpipe -q --events pp.jsonl
+  jq -e -s 'map(select(.event == "step")) | length == 4 and all(.ranks[] | .bytes_sent.send_recv == 4 * 32 * 64
+    and .bytes_sent.allreduce == 8 and .bubble_s > 0 and .bubble_fraction > 0 and .bubble_fraction < 1)
+    and all(.ranks[0].memory_bytes.params == 4 * (32 * 64 + 64) and .ranks[1].memory_bytes.params == 4 * (64 * 64 + 64 + 64 * 2 + 2))' pp.jsonl
   # The summary: the mean step's counters, rank 0's at the top, every rank's beside them.
   jq -e -s 'map(select(.event == "summary"))[0] | .strategy == "zero3" and (.ranks | length) == 2
     and .bytes_sent == .ranks[0].bytes_sent and .comm_s > 0 and .exposed_s >= 0 and .hidden_s >= 0
     and .bubble_s == 0 and .memory_bytes.buffers > 0' zero3.jsonl
 }
 
-@test "kill -9 of a rank under each ZeRO stage: the run resumes and ends with bit-identical weights" {
+@test "kill -9 of a rank under each strategy: the run resumes and ends with bit-identical weights" {
   args=(--layers 64,128,128,2 --rows 50000 --steps 200 --batch-size 64 --threads 1 -q --ckpt-every 25)
-  for z in zero1 zero2 zero3; do
+  for z in zero1 zero2 zero3 tp pp; do
     run -0 rtrain launch --nproc-per-node 2 --master-port 0 --ckpt-dir "ref-$z" -- \
       rtrain run "${args[@]}" --strategy "$z" --output "ref-$z.safetensors"
     rtrain launch --nproc-per-node 2 --master-port 0 --max-restarts 3 --ckpt-dir "ck-$z" --events "launch-$z.jsonl" -- \
@@ -91,12 +104,41 @@ losses() { jq -s -c '[.[] | select(.event == "step") | .loss]' "$1"; }
 @test "an unknown strategy is refused in one line (64), from a flag or the configuration" {
   run --separate-stderr rtrain run "${small[@]}" --strategy zero9
   assert_equal "$status" 64
-  assert_equal "$stderr" "rtrain: error: unknown strategy 'zero9' (expected dp, zero1, zero2, zero3)"
-  printf '[train]\nstrategy = "tp"\n' >run.toml
+  assert_equal "$stderr" "rtrain: error: unknown strategy 'zero9' (expected 3d, dp, pp, tp, zero1, zero2, zero3)"
+  printf '[train]\nstrategy = "fsdp"\n' >run.toml
   run --separate-stderr rtrain run run.toml
   assert_equal "$status" 78
   assert_one_line_stderr
-  [[ $stderr == *"run.toml: unknown strategy 'tp' (expected dp, zero1, zero2, zero3)" ]]
+  [[ $stderr == *"run.toml: unknown strategy 'fsdp' (expected 3d, dp, pp, tp, zero1, zero2, zero3)" ]]
+}
+
+@test "a grid that does not fit the ranks or the model is refused in one line (64) on every rank" {
+  run --separate-stderr "${launch2[@]}" rtrain run "${small[@]}" --strategy 3d --tensor-parallel 2 --pipeline-parallel 2
+  assert_equal "$status" 64
+  [[ $stderr == *"--strategy 3d: 2 tensor-parallel x 2 pipeline ranks do not divide 2 ranks"* ]]
+  run --separate-stderr "${launch2[@]}" rtrain run --layers 32,63,2 --rows 2000 --strategy tp
+  assert_equal "$status" 64
+  [[ $stderr == *"2 tensor-parallel ranks do not divide layer 0's 63 outputs"* ]]
+  run --separate-stderr "${launch2[@]}" rtrain run --layers 32,2 --rows 2000 --strategy pp
+  assert_equal "$status" 64
+  [[ $stderr == *"2 pipeline stages need 2 layers or more; the model has 1"* ]]
+  run --separate-stderr "${launch2[@]}" rtrain run "${small[@]}" --batch-size 2 --strategy pp --micro-batches 5
+  assert_equal "$status" 64
+  [[ $stderr == *"5 micro-batches of a replica's 4 rows: some would be empty"* ]]
+  run --separate-stderr rtrain run "${small[@]}" --schedule zigzag
+  assert_equal "$status" 64
+  assert_one_line_stderr
+}
+
+@test "--trace of a pipeline: forward and backward per micro-batch, the bubbles, nested on both ranks" {
+  run -0 "${launch2[@]}" rtrain run "${small[@]}" --steps 5 --batch-size 32 --strategy pp --micro-batches 4 --trace tr -q
+  run -0 rtrain trace merge tr -o merged.json.gz
+  run -0 python3 "$RKIT_ROOT/tests/cli/check_trace.py" merged.json.gz --ranks 2
+  # Stage 0 runs layer 0's backward once a micro-batch (its forward also for evaluation);
+  # stage 1 waits for its first activations.
+  zcat merged.json.gz | jq -e '[.traceEvents[] | select(.pid == 0 and .name == "backward 0")] | length == 5 * 4'
+  zcat merged.json.gz | jq -e '[.traceEvents[] | select(.pid == 1 and .name == "backward 2")] | length == 5 * 4'
+  zcat merged.json.gz | jq -e '[.traceEvents[] | select(.pid == 1 and .cat == "bubble")] | length >= 5'
 }
 
 @test "--trace: each rank's timeline; trace merge makes one, a track per rank, nested and aligned" {

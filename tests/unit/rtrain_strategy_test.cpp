@@ -4,6 +4,7 @@
 // strategies and rank counts whole.
 #include "strategy.hpp"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -66,7 +67,8 @@ struct From {
   int first = 0;
 };
 std::vector<RankResult> train(const std::string& strategy, int world, std::size_t global_batch, int steps,
-                              From from = {}, const std::function<void(Strategy&, Communicator&)>& after = nullptr) {
+                              From from = {}, const std::function<void(Strategy&, Communicator&)>& after = nullptr,
+                              const std::function<void(TrainConfig&)>& tune = nullptr) {
   const int port = world > 1 ? rkit::testing::free_port() : 0;
   std::vector<RankResult> results(static_cast<std::size_t>(world));
   std::vector<std::string> errors(static_cast<std::size_t>(world));
@@ -80,32 +82,37 @@ std::vector<RankResult> train(const std::string& strategy, int world, std::size_
         env.master_port = port;
         auto comm = Communicator::connect(env, 10000ms);
         const std::size_t batch = global_batch / static_cast<std::size_t>(world);
-        const TrainConfig c = small_config(strategy, batch);
+        TrainConfig c = small_config(strategy, batch);
+        if (tune) tune(c);
         auto dev = make_device("cpu", 1, 0);
         auto s = make_strategy(strategy, {*dev, *comm, c});
         if (const RankResult* start = from.state)
           s->load_state(start->params.data(), start->exp_avg.data(), start->exp_avg_sq.data());
         else
-          s->load_state(initial_params(s->net().slots(), 5).data(), nullptr, nullptr);
+          s->load_state(initial_params(layer_slots(c.layers), 5).data(), nullptr, nullptr);
         RankResult& out = results[static_cast<std::size_t>(r)];
         std::vector<float> x, y;
-        const float loss_scale = 1.0f / static_cast<float>(batch * c.outputs());
+        // The replica's rows: the ranks of one read the same
+        const DataShard shard = s->data_shard();
+        const std::size_t rows = global_batch / static_cast<std::size_t>(shard.world);
+        const float loss_scale = 1.0f / static_cast<float>(rows * c.outputs());
         for (int step = from.first; step < from.first + steps; ++step) {
-          fill_rows(static_cast<std::size_t>(step) * global_batch + static_cast<std::size_t>(r) * batch, batch, c, x,
-                    y);
-          s->upload_batch(x.data(), y.data(), nullptr, batch);
+          fill_rows(static_cast<std::size_t>(step) * global_batch + static_cast<std::size_t>(shard.rank) * rows, rows,
+                    c, x, y);
+          s->upload_batch(x.data(), y.data(), nullptr, rows);
           s->begin_step();
-          double loss = s->forward_backward(batch, loss_scale);
+          double loss = s->forward_backward(rows, loss_scale);
+          if (!s->reports_loss()) loss = 0;
           const double norm = std::sqrt(s->grad_norm_squared());
           const float clip = norm > 1.0 ? static_cast<float>(1.0 / (norm + 1e-6)) : 1.0f;
           s->optimizer_step(kernels::AdamwStep::make(1e-2f, 0.9f, 0.999f, 1e-8f, 0.01f, clip, step + 1));
           out.comm.push_back(s->end_step());
           comm->allreduce_sum(&loss, 1);
-          out.losses.push_back(loss * loss_scale / world);
+          out.losses.push_back(loss / static_cast<double>(global_batch * c.outputs()));
         }
         if (after) after(*s, *comm);
         out.memory = s->memory();
-        const std::size_t n = s->net().parameters();
+        const std::size_t n = parameter_count(layer_slots(c.layers));
         out.params.resize(n);
         out.exp_avg.resize(n);
         out.exp_avg_sq.resize(n);
@@ -131,10 +138,10 @@ constexpr std::uint64_t kPsi = 544 + 1056 + 132;  // the small model's parameter
 TEST(RtrainStrategy, RegisteredByName) {
   std::vector<std::string> names;
   for (const StrategyInfo& s : strategies()) names.push_back(s.name);
-  EXPECT_EQ(names, (std::vector<std::string>{"dp", "zero1", "zero2", "zero3"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"3d", "dp", "pp", "tp", "zero1", "zero2", "zero3"}));
   const Error e = rkit::testing::error_of([] { check_strategy("zero4"); });
   EXPECT_EQ(e.code(), Exit::Usage);
-  EXPECT_EQ(std::string(e.what()), "unknown strategy 'zero4' (expected dp, zero1, zero2, zero3)");
+  EXPECT_EQ(std::string(e.what()), "unknown strategy 'zero4' (expected 3d, dp, pp, tp, zero1, zero2, zero3)");
 }
 
 TEST(RtrainStrategy, EveryZeroStageFollowsDataParallelsLosses) {
@@ -149,6 +156,89 @@ TEST(RtrainStrategy, EveryZeroStageFollowsDataParallelsLosses) {
     for (std::size_t i = 0; i < kPsi; i += 17)
       EXPECT_NEAR(got[0].params[i], dp[0].params[i], 1e-4 * (1 + std::fabs(dp[0].params[i]))) << z << " " << i;
   }
+}
+
+// Tensor, pipeline and both with data parallel: data parallel's losses, whatever the
+// grid, the schedule or the micro-batches.
+TEST(RtrainStrategy, EveryModelParallelGridFollowsDataParallelsLosses) {
+  const auto dp = train("dp", 2, 64, 100);
+  const auto dp4 = train("dp", 4, 64, 100);
+  struct Case {
+    std::string name;
+    int world;
+    unsigned tp, pp, micro;
+    std::string schedule;
+  };
+  for (const Case& k :
+       {Case{"tp", 2, 0, 0, 0, "1f1b"}, Case{"pp", 2, 0, 0, 4, "1f1b"}, Case{"pp", 2, 0, 0, 3, "gpipe"},
+        Case{"3d", 4, 2, 2, 4, "1f1b"}, Case{"3d", 4, 2, 1, 0, "1f1b"}, Case{"3d", 4, 1, 2, 2, "gpipe"}}) {
+    const auto got = train(k.name, k.world, 64, 100, {}, nullptr, [&](TrainConfig& c) {
+      c.tensor_parallel = k.tp;
+      c.pipeline_parallel = k.pp;
+      c.micro_batches = k.micro;
+      c.schedule = k.schedule;
+    });
+    const std::string what = fmt::format("{} tp {} pp {} micro {} {}", k.name, k.tp, k.pp, k.micro, k.schedule);
+    const RankResult& ref = (k.world == 2 ? dp : dp4)[0];
+    EXPECT_LT(max_relative(ref.losses, got[0].losses), 1e-5) << what;
+    for (std::size_t i = 0; i < kPsi; i += 13)
+      EXPECT_NEAR(got[0].params[i], ref.params[i], 1e-4 * (1 + std::fabs(ref.params[i]))) << what << " " << i;
+  }
+}
+
+// Tensor parallel: two all-reduces a column/row pair a micro-batch, of the pair's output
+// (forward) and of its input's gradient (backward; none for the model's first layer),
+// rows x width floats each. Pipeline parallel: each boundary's activations forward and
+// their gradients back, rows x width floats a step whatever the micro-batches.
+TEST(RtrainStrategy, ModelParallelBytesAreTheTextbookVolumes) {
+  const auto ring = [](std::uint64_t floats, std::uint64_t n) { return 2 * (n - 1) * floats * sizeof(float) / n; };
+  const std::uint64_t rows = 64, norm2 = ring(2, 2), norm4 = ring(2, 4);  // the norm's double: 2 floats' bytes
+  // 16→32→32→32→4 on 2 tensor ranks: pairs (0, 1) and (2, 3); widths 32 out, 4 out; 32 in back.
+  const auto tp = train("tp", 2, 64, 2, {}, nullptr, [](TrainConfig& c) { c.layers = {16, 32, 32, 32, 4}; });
+  for (const RankResult& r : tp)
+    for (const StepComm& c : r.comm) {
+      EXPECT_EQ(c.sent[Collective::Allreduce], ring(rows * (32 + 4 + 32), 2) + norm2);
+      EXPECT_EQ(c.sent.send_recv, 0u);
+    }
+  // 16→32→32→4 in 2 stages of 6 micro-batches: the cut after layer 0 (work 2·512 | 3·1024 + 3·128).
+  const auto pp = train("pp", 2, 64, 2, {}, nullptr, [](TrainConfig& c) { c.micro_batches = 6; });
+  for (const RankResult& r : pp)
+    for (const StepComm& c : r.comm) {
+      EXPECT_EQ(c.sent.send_recv, rows * 32 * sizeof(float));
+      EXPECT_EQ(c.sent[Collective::Allreduce], norm2);
+    }
+  // The grid: 2 replicas of 2 stages; each replica's stage all-reduces its gradients.
+  const auto grid = train("3d", 4, 64, 2, {}, nullptr, [](TrainConfig& c) { c.pipeline_parallel = 2; });
+  for (std::size_t r = 0; r < grid.size(); ++r) {
+    const std::uint64_t stage_params = r % 2 == 0 ? 16 * 32 + 32 : 32 * 32 + 32 + 32 * 4 + 4;
+    for (const StepComm& c : grid[r].comm) {
+      EXPECT_EQ(c.sent.send_recv, rows / 2 * 32 * sizeof(float)) << r;
+      EXPECT_EQ(c.sent[Collective::Allreduce], ring(stage_params, 2) + norm4) << r;
+    }
+  }
+}
+
+// What a rank holds: its share of the parameters, their gradients and moments; 1F1B
+// keeps at most pp - s micro-batches' activations on stage s, GPipe all of them.
+TEST(RtrainStrategy, ModelParallelMemoryIsTheRanksShare) {
+  const std::uint64_t f = sizeof(float);
+  const auto tp = train("tp", 2, 64, 1);  // pair (0, 1) split, layer 2 whole on both
+  for (const RankResult& r : tp) {
+    EXPECT_EQ(r.memory.params, (kPsi - 132 - 32) / 2 * f + 132 * f + 32 * f);  // layer 1's bias whole
+    EXPECT_EQ(r.memory.optimizer, 2 * r.memory.params);
+  }
+  const auto with = [](const std::string& schedule) {
+    return [schedule](TrainConfig& c) {
+      c.micro_batches = 8;
+      c.schedule = schedule;
+    };
+  };
+  const auto ofb = train("pp", 2, 64, 1, {}, nullptr, with("1f1b"));
+  const auto gpipe = train("pp", 2, 64, 1, {}, nullptr, with("gpipe"));
+  EXPECT_EQ(ofb[0].memory.params, 544 * f);
+  EXPECT_EQ(ofb[1].memory.params, (1056 + 132) * f);
+  EXPECT_LT(ofb[0].memory.buffers, gpipe[0].memory.buffers);
+  EXPECT_EQ(ofb[1].memory.buffers, gpipe[1].memory.buffers - 7 * 8 * (32 + 32 + 4 + 32 + 32 + 4) * f);
 }
 
 // Bytes a rank sends per step, for Ψ floats on N ranks: data parallel's ring all-reduce
@@ -221,9 +311,18 @@ TEST(RtrainStrategy, StateMovesBetweenStrategiesAndRankCounts) {
   const auto whole = train("dp", 1, 64, 40);
   const auto on_one = train("dp", 1, 64, 20, {&first[0], 20});
   const auto on_four = train("zero3", 4, 64, 20, {&first[1], 20});  // rank 1's gathered copy: the same
+  const auto on_tp = train("tp", 2, 64, 20, {&first[0], 20});
+  const auto on_pp = train("pp", 2, 64, 20, {&first[0], 20});
   const std::vector<double> tail(whole[0].losses.begin() + 20, whole[0].losses.end());
   EXPECT_LT(max_relative(tail, on_one[0].losses), 1e-5);
   EXPECT_LT(max_relative(tail, on_four[0].losses), 1e-5);
+  EXPECT_LT(max_relative(tail, on_tp[0].losses), 1e-5);
+  EXPECT_LT(max_relative(tail, on_pp[0].losses), 1e-5);
+  for (const std::string name : {"tp", "pp"}) {  // and back, bit for bit
+    const auto none = train(name, 2, 64, 0, {&first[0], 20});
+    EXPECT_EQ(none[1].params, first[0].params) << name;
+    EXPECT_EQ(none[0].exp_avg_sq, first[0].exp_avg_sq) << name;
+  }
   // Loading then gathering gives back the very bits.
   const auto none = train("zero2", 2, 64, 0, {&first[0], 20});
   EXPECT_EQ(none[1].params, first[0].params);

@@ -7,6 +7,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -17,7 +18,10 @@
 #include <unistd.h>
 
 #include <gloo/context.h>
+#include <gloo/rendezvous/prefix_store.h>
 #include <gloo/transport/device.h>
+#include <gloo/transport/unbound_buffer.h>
+#include <gloo/types.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -151,7 +155,11 @@ struct Communicator::Worker {
   };
 
   int rank = 0, world = 1;
-  std::unique_ptr<TcpStore> store;
+  std::string group;         // a subgroup's name ("" for the whole job), for errors
+  std::vector<int> members;  // a subgroup's ranks in its parent (for errors)
+  std::chrono::milliseconds timeout{0};
+  int trace_tid = 1;
+  std::shared_ptr<TcpStore> store;  // shared with the subgroups, which meet through it
   std::shared_ptr<gloo::transport::Device> device;
   std::shared_ptr<gloo::Context> context;
 
@@ -204,14 +212,21 @@ struct Communicator::Worker {
   // (the peer's rank is known for two ranks; else Gloo's message names its address).
   // Gloo's failures (a peer gone, a timeout) are Unavailable; anything else is a bug.
   Error failure(const Task& t, std::uint32_t tag, const std::exception* e) const {
-    const std::string peer = world == 2 ? fmt::format(" with rank {}", 1 - rank) : "";
-    const std::string what = fmt::format("rank {} of {}: {} #{} ({}){}", rank, world, t.op, tag, t.detail, peer);
+    const std::string peer =
+        world == 2 ? fmt::format(" with rank {}", members.empty() ? 1 - rank : members[1 - rank]) : "";
+    const std::string what = fmt::format("{}: {} #{} ({}){}", who(), t.op, tag, t.detail, peer);
     if (!e) return Error(Exit::Software, what + ": unknown exception");
     const Error err = gloo_error(*e, {Exit::Unavailable, Exit::Unavailable, Exit::Software}, what);
     return Error(err.code(), err.what(),
                  err.code() == Exit::Unavailable
                      ? "a peer rank exited, was killed, or stalled past the timeout; see its log"
                      : "");
+  }
+
+  // "rank 0 of 2", or for a subgroup "rank 3 (1 of 2 in tensor group 1)".
+  std::string who() const {
+    if (members.empty()) return fmt::format("rank {} of {}", rank, world);
+    return fmt::format("rank {} ({} of {} in {})", members[static_cast<std::size_t>(rank)], rank, world, group);
   }
 
   void loop() {
@@ -249,7 +264,7 @@ struct Communicator::Worker {
       const auto end = Clock::now();
       const double seconds = std::chrono::duration<double>(end - start).count();
       if (tracer && t.kind)
-        tracer->complete(Tracer::kCommThread, t.op, "comm", start, end, Json{{"bytes", t.bytes}, {"what", t.detail}});
+        tracer->complete(trace_tid, t.op, "comm", start, end, Json{{"bytes", t.bytes}, {"what", t.detail}});
       {
         std::lock_guard lock(mu);
         if (failed && !error) error = failed;
@@ -276,12 +291,13 @@ std::unique_ptr<Communicator> Communicator::connect(const DistEnv& env, std::chr
   auto w = std::make_unique<Worker>();
   w->rank = env.rank;
   w->world = env.world;
+  w->timeout = timeout;
   const std::string where = fmt::format("rank {} of {}: rendezvous", env.rank, env.world);
   const std::string hint =
       "every rank must start and reach rank 0's store (MASTER_ADDR:MASTER_PORT) within the "
       "timeout; see the other ranks' logs";
   try {
-    w->store = std::make_unique<TcpStore>(env.master_addr, env.master_port, env.rank == 0, timeout,
+    w->store = std::make_shared<TcpStore>(env.master_addr, env.master_port, env.rank == 0, timeout,
                                           env.secret ? env.secret->key("workers") : kNoSecret);
     w->device = gloo_tcp_device({.honour_ifname = true, .local = is_loopback(env.master_addr)});
     w->context = gloo_connect(*w->store, w->device, env.rank, env.world, timeout);
@@ -400,7 +416,15 @@ CommCounters CommCounters::operator-(const CommCounters& earlier) const {
   CommCounters d;
   d.busy_s = busy_s - earlier.busy_s;
   for (std::size_t i = 0; i < bytes.size(); ++i) d.bytes[i] = bytes[i] - earlier.bytes[i];
+  d.send_recv = send_recv - earlier.send_recv;
   return d;
+}
+
+CommCounters& CommCounters::operator+=(const CommCounters& more) {
+  busy_s += more.busy_s;
+  for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] += more.bytes[i];
+  send_recv += more.send_recv;
+  return *this;
 }
 
 void Communicator::allgather(double* data, std::size_t block) {
@@ -465,10 +489,124 @@ double Communicator::wait_for(Ticket ticket) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-void Communicator::set_tracer(Tracer* tracer) {
+void Communicator::set_tracer(Tracer* tracer, int tid) {
   if (!worker_) return;
   std::lock_guard lock(worker_->mu);
   worker_->tracer = tracer && tracer->enabled() ? tracer : nullptr;
+  worker_->trace_tid = tid;
+}
+
+// --- subgroups ----------------------------------------------------------------------------
+
+std::unique_ptr<Communicator> Communicator::subgroup(const std::vector<int>& members, const std::string& name) {
+  const auto me = std::find(members.begin(), members.end(), rank_);
+  bool ascending = !members.empty() && members.front() >= 0 && members.back() < world_;
+  for (std::size_t i = 1; i < members.size(); ++i) ascending = ascending && members[i - 1] < members[i];
+  if (!ascending || me == members.end())
+    throw Error(Exit::Software, fmt::format("subgroup {}: ranks [{}] are not ranks of {} in ascending order with {}",
+                                            name, fmt::join(members, ", "), world_, rank_));
+  std::unique_ptr<Communicator> c(new Communicator());
+  c->rank_ = static_cast<int>(me - members.begin());
+  c->world_ = static_cast<int>(members.size());
+  if (c->world_ == 1) return c;
+  const SigpipeBlocked no_sigpipe;
+  auto w = std::make_unique<Worker>();
+  w->rank = c->rank_;
+  w->world = c->world_;
+  w->group = name;
+  for (int m : members)
+    w->members.push_back(worker_->members.empty() ? m : worker_->members[static_cast<std::size_t>(m)]);
+  w->timeout = worker_->timeout;
+  w->store = worker_->store;
+  w->device = worker_->device;
+  try {
+    gloo::rendezvous::PrefixStore prefixed("group/" + name, *w->store);
+    w->context = gloo_connect(prefixed, w->device, w->rank, w->world, w->timeout);
+  } catch (const std::exception& e) {
+    throw gloo_error(e, {Exit::Unavailable, Exit::Unavailable, Exit::Unavailable}, w->who() + ": rendezvous",
+                     "every rank of the group must reach it within the timeout; see the other ranks' logs");
+  }
+  w->thread = std::thread([wp = w.get()] { wp->loop(); });
+  c->worker_ = std::move(w);
+  return c;
+}
+
+// --- point to point ---------------------------------------------------------------------
+
+struct Transfer::Buffer {
+  std::unique_ptr<gloo::transport::UnboundBuffer> buf;
+  bool sending = false;
+  std::chrono::milliseconds timeout{0};
+  std::string what;  // "rank 0 of 2: send of 4096 floats to rank 1"
+};
+
+Transfer::Transfer() = default;
+Transfer::Transfer(Transfer&&) noexcept = default;
+Transfer& Transfer::operator=(Transfer&& o) noexcept {
+  if (this != &o) {
+    Transfer old(std::move(*this));
+    buf_ = std::move(o.buf_);
+  }
+  return *this;
+}
+Transfer::~Transfer() {
+  if (buf_) (void)buf_->buf.release();  // see transfer's declaration: never freed while Gloo may use it
+}
+
+double Transfer::wait() {
+  if (!buf_) return 0;
+  const auto start = Clock::now();
+  try {
+    const bool done = buf_->sending ? buf_->buf->waitSend(buf_->timeout) : buf_->buf->waitRecv(buf_->timeout);
+    if (!done) throw Error(Exit::Unavailable, "aborted");
+  } catch (const std::exception& e) {
+    throw gloo_error(e, {Exit::Unavailable, Exit::Unavailable, Exit::Software}, buf_->what,
+                     "a peer rank exited, was killed, or stalled past the timeout; see its log");
+  }
+  buf_.reset();
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+Transfer Communicator::send(int peer, const float* data, std::size_t n) {
+  return post(true, peer, const_cast<float*>(data), n);  // Gloo's buffer type is for both ways; a send only reads
+}
+Transfer Communicator::recv(int peer, float* data, std::size_t n) { return post(false, peer, data, n); }
+
+Transfer Communicator::post(bool sending, int peer, float* data, std::size_t n) {
+  if (!worker_ || peer < 0 || peer >= world_ || peer == rank_)
+    throw Error(Exit::Software,
+                fmt::format("{} with rank {}: not another rank of {}", sending ? "send" : "recv", peer, world_));
+  if (sent_to_.empty()) {
+    sent_to_.assign(static_cast<std::size_t>(world_), 0);
+    recv_from_.assign(static_cast<std::size_t>(world_), 0);
+  }
+  // The slot: the sender's rank and its count of messages to this receiver, which both
+  // sides keep (Gloo's collectives use prefixes 0x01 to 0x08, the reduce-scatter 0x20).
+  const int src = sending ? rank_ : peer;
+  std::uint32_t& count = (sending ? sent_to_ : recv_from_)[static_cast<std::size_t>(peer)];
+  const std::uint64_t slot =
+      gloo::Slot::build(0x21, (static_cast<std::uint32_t>(src) & 0xff) << 24 | (count++ & 0xffffff));
+  Transfer t;
+  t.buf_ = std::make_unique<Transfer::Buffer>();
+  t.buf_->sending = sending;
+  t.buf_->timeout = worker_->timeout;
+  const int peer_rank = worker_->members.empty() ? peer : worker_->members[static_cast<std::size_t>(peer)];
+  t.buf_->what = fmt::format("{}: {} of {} floats {} rank {}", worker_->who(), sending ? "send" : "recv", n,
+                             sending ? "to" : "from", peer_rank);
+  try {
+    t.buf_->buf = worker_->context->createUnboundBuffer(data, n * sizeof(float));
+    if (sending)
+      t.buf_->buf->send(peer, slot);
+    else
+      t.buf_->buf->recv(peer, slot);
+  } catch (const std::exception& e) {
+    throw gloo_error(e, {Exit::Unavailable, Exit::Unavailable, Exit::Software}, t.buf_->what);
+  }
+  if (sending) {
+    std::lock_guard lock(worker_->mu);
+    worker_->counters.send_recv += n * sizeof(float);
+  }
+  return t;
 }
 
 void Communicator::drain() noexcept {

@@ -83,9 +83,33 @@ struct CommTimes {
 struct CommCounters {
   double busy_s = 0;                                              // time the worker thread spent in collectives
   std::array<std::uint64_t, std::size(kAllCollectives)> bytes{};  // sent, by Collective (ring_bytes_sent)
+  std::uint64_t send_recv = 0;                                    // sent point to point (Communicator::send)
   std::uint64_t& operator[](Collective c) { return bytes[static_cast<std::size_t>(c)]; }
   std::uint64_t operator[](Collective c) const { return bytes[static_cast<std::size_t>(c)]; }
   CommCounters operator-(const CommCounters& earlier) const;
+  CommCounters& operator+=(const CommCounters& more);
+};
+
+// A point-to-point send or receive in flight (Communicator::send and recv). Movable, not
+// copyable; the buffer must stay untouched until wait() returns.
+class Transfer {
+ public:
+  Transfer();  // nothing in flight
+  Transfer(Transfer&&) noexcept;
+  Transfer& operator=(Transfer&&) noexcept;
+  // One still in flight (an error left it so) is abandoned: its Gloo buffer is leaked
+  // rather than freed under a transfer the device loop may still be doing.
+  ~Transfer();
+  bool pending() const { return buf_ != nullptr; }
+  // Blocks until the data has left (send) or arrived (recv); returns the seconds it
+  // blocked (0 when nothing is in flight). Error(Unavailable) when the peer is gone or
+  // silent past the communicator's timeout.
+  double wait();
+
+ private:
+  friend class Communicator;
+  struct Buffer;
+  std::unique_ptr<Buffer> buf_;
 };
 
 // Collectives among the ranks of a job. Not copyable; one per process (or, in tests, per
@@ -156,9 +180,29 @@ class Communicator {
   void drain() noexcept;
   // This rank's collectives so far.
   CommCounters counters() const;
-  // Every collective from now on is a slice of the tracer's "collectives" thread, with
-  // its bytes; before the first collective, and the tracer must outlive the communicator.
-  void set_tracer(Tracer* tracer);
+  // Every collective from now on is a slice of the tracer's thread `tid` ("collectives"
+  // by default; a subgroup's its own), with its bytes; before the first collective, and
+  // the tracer must outlive the communicator.
+  void set_tracer(Tracer* tracer, int tid = 1);
+
+  // A communicator of the ranks `members` (ranks of this one, ascending, this rank among
+  // them), whose rank r is members[r]: the groups of a grid of ranks (tensor, pipeline,
+  // data parallel). Every member calls it with the same members and `name`, which no
+  // other group of this communicator uses; ranks outside the group do not call it. It
+  // connects through this communicator's store, shares its timeout, and must not outlive
+  // it. Collectives of a subgroup run on its own worker thread, in step with the group's
+  // other members only. One member: a communicator of one rank. Error(Software) for
+  // members that are not ranks in ascending order or leave this rank out; the errors
+  // of connect().
+  std::unique_ptr<Communicator> subgroup(const std::vector<int>& members, const std::string& name);
+
+  // Point to point, as torch.distributed's isend and irecv: `n` floats to or from rank
+  // `peer`, in flight while the caller goes on (posted on the caller's thread, carried by
+  // Gloo's device loop, not the worker). Messages between two ranks are matched in the
+  // order each side posts them. Error(Software) for this rank or no such rank, or one
+  // rank in all. Bytes sent count in counters().send_recv.
+  Transfer send(int peer, const float* data, std::size_t n);
+  Transfer recv(int peer, float* data, std::size_t n);
 
   // Bucketed gradient all-reduce, overlapped with the backward pass.
   // set_buckets: once, before the first step (again between steps to change them):
@@ -183,8 +227,11 @@ class Communicator {
   struct Worker;
   Communicator() = default;
 
+  Transfer post(bool sending, int peer, float* data, std::size_t n);
+
   int rank_ = 0, world_ = 1;
-  std::unique_ptr<Worker> worker_;  // null when world == 1
+  std::unique_ptr<Worker> worker_;                  // null when world == 1
+  std::vector<std::uint32_t> sent_to_, recv_from_;  // point-to-point messages posted, by peer
 
   float* grads_ = nullptr;
   std::vector<std::pair<std::size_t, std::size_t>> buckets_;

@@ -11,14 +11,15 @@ namespace rkit::rtrain {
 
 Mlp::Mlp(Device& dev, std::vector<std::size_t> layers, kernels::Activation act, Loss loss, std::size_t max_rows,
          bool own_state)
-    : dev_(dev), layers_(std::move(layers)), act_(act), loss_(loss), max_rows_(max_rows) {
+    : dev_(dev),
+      layers_(std::move(layers)),
+      act_(act),
+      loss_(loss),
+      max_rows_(max_rows),
+      slots_(layer_slots(layers_)),
+      params_count_(parameter_count(slots_)) {
   std::size_t widest = 0;
-  for (std::size_t l = 0; l + 1 < layers_.size(); ++l) {
-    LayerSlot s{layers_[l], layers_[l + 1], params_count_, params_count_ + layers_[l] * layers_[l + 1]};
-    params_count_ = s.bias + s.out;
-    slots_.push_back(s);
-    widest = std::max({widest, s.in, s.out});
-  }
+  for (const LayerSlot& s : slots_) widest = std::max({widest, s.in, s.out});
   if (own_state) {
     params_ = dev_.alloc(params_count_);
     grads_ = dev_.alloc(params_count_);
@@ -38,8 +39,29 @@ Mlp::Mlp(Device& dev, std::vector<std::size_t> layers, kernels::Activation act, 
   back_[1] = dev_.alloc(max_rows_ * widest);
 }
 
+std::vector<LayerSlot> layer_slots(const std::vector<std::size_t>& layers) {
+  std::vector<LayerSlot> slots;
+  std::size_t next = 0;
+  for (std::size_t l = 0; l + 1 < layers.size(); ++l) {
+    const LayerSlot s{layers[l], layers[l + 1], next, next + layers[l] * layers[l + 1]};
+    next = s.bias + s.out;
+    slots.push_back(s);
+  }
+  return slots;
+}
+
+std::vector<ModelTensor> model_tensors(const std::vector<LayerSlot>& slots) {
+  std::vector<ModelTensor> out;
+  for (std::size_t l = 0; l < slots.size(); ++l) {
+    const LayerSlot& s = slots[l];
+    out.push_back({"layers." + std::to_string(l) + ".weight", {s.out, s.in}, s.weight, s.out * s.in});
+    out.push_back({"layers." + std::to_string(l) + ".bias", {s.out}, s.bias, s.out});
+  }
+  return out;
+}
+
 std::vector<float> initial_params(const std::vector<LayerSlot>& slots, std::uint64_t seed) {
-  std::vector<float> host(slots.empty() ? 0 : slots.back().bias + slots.back().out);
+  std::vector<float> host(parameter_count(slots));
   for (std::size_t l = 0; l < slots.size(); ++l) {
     const LayerSlot& s = slots[l];
     const double bound = 1.0 / std::sqrt(static_cast<double>(s.in));
@@ -118,16 +140,6 @@ std::pair<double, std::size_t> Mlp::evaluate(std::size_t rows) {
   const std::size_t correct =
       loss_ == Loss::CrossEntropy ? dev_.count_correct(rows, layers_.back(), a_.back(), labels_) : 0;
   return {sum, correct};
-}
-
-std::vector<Mlp::Tensor> Mlp::tensors() const {
-  std::vector<Tensor> out;
-  for (std::size_t l = 0; l < slots_.size(); ++l) {
-    const LayerSlot& s = slots_[l];
-    out.push_back({"layers." + std::to_string(l) + ".weight", {s.out, s.in}, s.weight, s.out * s.in});
-    out.push_back({"layers." + std::to_string(l) + ".bias", {s.out}, s.bias, s.out});
-  }
-  return out;
 }
 
 }  // namespace rkit::rtrain

@@ -51,6 +51,23 @@ class LayerStore {
   virtual float* grads(std::size_t l) = 0;
 };
 
+// The slots of a model of these sizes (inputs, hidden..., outputs): layer by layer, W
+// then b, in one flat array.
+std::vector<LayerSlot> layer_slots(const std::vector<std::size_t>& layers);
+// Floats in that flat array.
+inline std::size_t parameter_count(const std::vector<LayerSlot>& slots) {
+  return slots.empty() ? 0 : slots.back().bias + slots.back().out;
+}
+
+// A tensor of the flat array, named and shaped as checkpoints spell them:
+// "layers.L.weight" [out, in], "layers.L.bias" [out].
+struct ModelTensor {
+  std::string name;
+  std::vector<std::uint64_t> shape;
+  std::size_t offset = 0, count = 0;
+};
+std::vector<ModelTensor> model_tensors(const std::vector<LayerSlot>& slots);
+
 // PyTorch nn.Linear's default initialisation of every layer's W and b, uniform in
 // ±1/sqrt(in), from `seed`: the flat layout of Mlp's own buffers (slots).
 std::vector<float> initial_params(const std::vector<LayerSlot>& slots, std::uint64_t seed);
@@ -90,13 +107,8 @@ class Mlp {
   // One AdamW step over every parameter.
   void step(const kernels::AdamwStep& s) { dev_.adamw(params_count_, params_, grads_, exp_avg_, exp_avg_sq_, s); }
 
-  // Names and shapes as checkpoints spell them: "layers.L.weight" [out, in], "layers.L.bias" [out].
-  struct Tensor {
-    std::string name;
-    std::vector<std::uint64_t> shape;
-    std::size_t offset = 0, count = 0;
-  };
-  std::vector<Tensor> tensors() const;
+  using Tensor = ModelTensor;
+  std::vector<Tensor> tensors() const { return model_tensors(slots_); }
 
  private:
   Device& dev_;

@@ -144,44 +144,47 @@ void check_output(const std::string& path) {
 
 // One step's counters on a rank, or their sums over steps.
 struct StepCounters {
-  double compute_s = 0, comm_s = 0, exposed_s = 0, bubble_s = 0;
+  double compute_s = 0, comm_s = 0, exposed_s = 0, bubble_s = 0, pipeline_s = 0;
   CommCounters sent;
   void add(const StepCounters& o) {
     compute_s += o.compute_s;
     comm_s += o.comm_s;
     exposed_s += o.exposed_s;
     bubble_s += o.bubble_s;
-    for (std::size_t i = 0; i < sent.bytes.size(); ++i) sent.bytes[i] += o.sent.bytes[i];
+    pipeline_s += o.pipeline_s;
+    sent += o.sent;
   }
 };
 
-// The values a rank reports of itself, in the order counters_json reads them.
+// The values a rank reports of itself (per step: sums divided by `steps`), in the order
+// counters_json reads them: five times, the bytes by collective and point to point, the
+// memory held.
+constexpr std::size_t kTimes = 5, kBytes = std::size(kAllCollectives) + 1;
 std::vector<double> rank_values(const StepCounters& k, double steps, const MemoryHeld& m) {
-  std::vector<double> v{k.compute_s / steps, k.comm_s / steps, k.exposed_s / steps, k.bubble_s / steps};
+  std::vector<double> v{k.compute_s / steps, k.comm_s / steps, k.exposed_s / steps, k.bubble_s / steps,
+                        k.pipeline_s / steps};
   for (std::uint64_t b : k.sent.bytes) v.push_back(std::floor(static_cast<double>(b) / steps));
+  v.push_back(std::floor(static_cast<double>(k.sent.send_recv) / steps));
   for (std::uint64_t b : {m.params, m.grads, m.optimizer, m.buffers}) v.push_back(static_cast<double>(b));
   return v;
 }
 
-Json bytes_json(const std::uint64_t* bytes) {
-  Json j = Json::object();
-  for (Collective c : kAllCollectives) j[collective_name(c)] = bytes[static_cast<std::size_t>(c)];
-  return j;
-}
-
 // The counters of a step (or the run's mean step), each rank's: compute, communication,
-// exposed and hidden, bubble; bytes sent by collective; memory held.
+// exposed and hidden, pipeline bubble; bytes sent by collective; memory held.
 Json counters_json(const std::vector<double>& v) {
-  std::uint64_t bytes[std::size(kAllCollectives)];
-  for (std::size_t i = 0; i < std::size(kAllCollectives); ++i) bytes[i] = static_cast<std::uint64_t>(v[4 + i]);
-  const std::size_t m = 4 + std::size(kAllCollectives);
+  Json bytes = Json::object();
+  for (Collective c : kAllCollectives)
+    bytes[collective_name(c)] = static_cast<std::uint64_t>(v[kTimes + static_cast<std::size_t>(c)]);
+  bytes["send_recv"] = static_cast<std::uint64_t>(v[kTimes + kBytes - 1]);
+  const std::size_t m = kTimes + kBytes;
   return Json{{"compute_s", v[0]},
               {"comm_s", v[1]},
               {"exposed_s", v[2]},
               {"hidden_s", std::max(0.0, v[1] - v[2])},
               {"comm_hidden", CommTimes{v[1], v[2]}.hidden_fraction()},
               {"bubble_s", v[3]},
-              {"bytes_sent", bytes_json(bytes)},
+              {"bubble_fraction", v[4] > 0 ? v[3] / v[4] : 0.0},
+              {"bytes_sent", std::move(bytes)},
               {"memory_bytes", Json{{"params", static_cast<std::uint64_t>(v[m])},
                                     {"grads", static_cast<std::uint64_t>(v[m + 1])},
                                     {"optimizer", static_cast<std::uint64_t>(v[m + 2])},
@@ -244,19 +247,25 @@ Json run_training(const TrainConfig& c, const Json& provenance, const std::funct
   const std::uint64_t eval_count =
       static_cast<std::uint64_t>(std::floor(static_cast<double>(data->rows()) * c.eval_fraction));
   const std::uint64_t train_rows = data->rows() - eval_count;
-  Sampler sampler(train_rows, c.seed, rank, world, c.batch_size);
-  const std::uint64_t total = c.steps > 0 ? c.steps : c.epochs * sampler.steps_per_epoch();
-  const std::vector<std::uint64_t> my_eval = eval_rows(train_rows, data->rows(), rank, world);
+  const std::vector<LayerSlot> slots = layer_slots(c.layers);
+  const std::vector<ModelTensor> tensors = model_tensors(slots);
+  const std::size_t parameters = parameter_count(slots);
 
   std::unique_ptr<Strategy> strategy =
       make_strategy(c.strategy, {*dev, *comm, c, tracer.enabled() ? &tracer : nullptr});
-  Mlp& net = strategy->net();
-  strategy->load_state(initial_params(net.slots(), c.seed).data(), nullptr, nullptr);
+  // The ranks of one replica read the same rows: its share of the global batch.
+  const DataShard shard = strategy->data_shard();
+  const std::size_t rows = c.batch_size * static_cast<std::size_t>(world / shard.world);
+  const bool reports = strategy->reports_loss();
+  Sampler sampler(train_rows, c.seed, shard.rank, shard.world, rows);
+  const std::uint64_t total = c.steps > 0 ? c.steps : c.epochs * sampler.steps_per_epoch();
+  const std::vector<std::uint64_t> my_eval = eval_rows(train_rows, data->rows(), shard.rank, shard.world);
+  strategy->load_state(initial_params(slots, c.seed).data(), nullptr, nullptr);
   std::uint64_t start = 0;
   Json parent;  // the checkpoint this run starts from, when it does
   const std::string resume = resume_path(c, *comm);
   if (!resume.empty()) {
-    TrainState s = load_checkpoint(resume, net.tensors(), c.fingerprint(), net.parameters());
+    TrainState s = load_checkpoint(resume, tensors, c.fingerprint(), parameters);
     if (s.seed != c.seed)
       throw Error(Exit::DataErr,
                   fmt::format("checkpoint {} was made with seed {}, this run has seed {}", resume, s.seed, c.seed));
@@ -269,7 +278,7 @@ Json run_training(const TrainConfig& c, const Json& provenance, const std::funct
     emit({{"event", "resume"}, {"step", start}, {"path", resume}, {"parent", parent}});
   } else if (!c.init_from.empty()) {
     // A fine-tune: the weights of another run's checkpoint, a fresh optimizer, step 0.
-    TrainState s = load_checkpoint(c.init_from, net.tensors(), c.fingerprint(), net.parameters());
+    TrainState s = load_checkpoint(c.init_from, tensors, c.fingerprint(), parameters);
     strategy->load_state(s.params.data(), nullptr, nullptr);
     if (lead) parent = parent_record("finetune", c.init_from);
     emit({{"event", "init"}, {"step", 0}, {"path", c.init_from}, {"parent", parent}});
@@ -281,7 +290,7 @@ Json run_training(const TrainConfig& c, const Json& provenance, const std::funct
   if (lead && c.ckpt_every > 0) {
     Json p = provenance;
     if (p.is_object()) p["parent"] = parent;
-    ckpt.emplace(c.ckpt_dir, net.tensors(), c.pack, net.parameters(), std::move(p));
+    ckpt.emplace(c.ckpt_dir, tensors, c.pack, parameters, std::move(p));
   }
   auto report_checkpoints = [&] {
     for (const CheckpointDone& d : ckpt->take_done()) {
@@ -302,9 +311,9 @@ Json run_training(const TrainConfig& c, const Json& provenance, const std::funct
     TrainState s;
     if (ckpt) {
       s = ckpt->take_buffer();
-      s.params.resize(net.parameters());
-      s.exp_avg.resize(net.parameters());
-      s.exp_avg_sq.resize(net.parameters());
+      s.params.resize(parameters);
+      s.exp_avg.resize(parameters);
+      s.exp_avg_sq.resize(parameters);
     }
     strategy->gather_state(true, ckpt ? s.params.data() : nullptr, ckpt ? s.exp_avg.data() : nullptr,
                            ckpt ? s.exp_avg_sq.data() : nullptr);
@@ -320,8 +329,9 @@ Json run_training(const TrainConfig& c, const Json& provenance, const std::funct
 
   Batch batch;
   Heartbeat heartbeat;
-  const float loss_scale = 1.0f / static_cast<float>(c.batch_size * (classify ? 1 : c.outputs()));
+  const float loss_scale = 1.0f / static_cast<float>(rows * (classify ? 1 : c.outputs()));
   const double global_rows = static_cast<double>(c.batch_size) * world;
+  const double global_elements = global_rows * (classify ? 1.0 : static_cast<double>(c.outputs()));
   double last_eval = std::numeric_limits<double>::quiet_NaN(), last_loss = last_eval;
   std::optional<double> time_to_target;
   double train_s = 0, data_s = 0;
@@ -345,24 +355,25 @@ Json run_training(const TrainConfig& c, const Json& provenance, const std::funct
   };
   const auto t_train = Clock::now();
 
-  // Every rank evaluates as many batches as the rank with the most (a sharded strategy's
+  // Every rank evaluates as many batches as the replica with the most (a sharded strategy's
   // evaluation is collective); the ones past its own rows are empty.
   std::size_t eval_batches = 0;
-  for (int r = 0; r < world; ++r) {
-    const std::size_t n = r == rank ? my_eval.size() : eval_rows(train_rows, data->rows(), r, world).size();
-    eval_batches = std::max(eval_batches, (n + c.batch_size - 1) / c.batch_size);
+  for (int r = 0; r < shard.world; ++r) {
+    const std::size_t n = r == shard.rank ? my_eval.size() : eval_rows(train_rows, data->rows(), r, shard.world).size();
+    eval_batches = std::max(eval_batches, (n + rows - 1) / rows);
   }
   auto evaluate = [&](std::uint64_t step) {
     const auto slice = tracer.slice("evaluate", "eval", Json{{"step", step}});
     double sums[3] = {0, 0, 0};  // loss sum, correct, rows
     Batch eb;
-    for (std::size_t b = 0, i = 0; b < eval_batches; ++b, i += c.batch_size) {
-      const std::size_t n = i < my_eval.size() ? std::min<std::size_t>(c.batch_size, my_eval.size() - i) : 0;
+    for (std::size_t b = 0, i = 0; b < eval_batches; ++b, i += rows) {
+      const std::size_t n = i < my_eval.size() ? std::min<std::size_t>(rows, my_eval.size() - i) : 0;
       if (n > 0) {
         eb.fill(*data, std::span(my_eval).subspan(i, n), classify);
         strategy->upload_batch(eb.x.data(), eb.y.data(), eb.labels.data(), n);
       }
       auto [loss_sum, correct] = strategy->evaluate(n);
+      if (!reports) continue;  // another rank of the replica counts these rows
       sums[0] += loss_sum;
       sums[1] += static_cast<double>(correct);
       sums[2] += static_cast<double>(n);
@@ -387,7 +398,7 @@ Json run_training(const TrainConfig& c, const Json& provenance, const std::funct
     {
       const auto slice = tracer.slice("data", "data");
       batch.fill(*data, sampler.batch(step), classify);
-      strategy->upload_batch(batch.x.data(), batch.y.data(), batch.labels.data(), c.batch_size);
+      strategy->upload_batch(batch.x.data(), batch.y.data(), batch.labels.data(), rows);
     }
     const double t_data = since(t0);
 
@@ -395,7 +406,7 @@ Json run_training(const TrainConfig& c, const Json& provenance, const std::funct
     double loss_sum = 0;
     {
       const auto slice = tracer.slice("forward and backward", "compute");
-      loss_sum = strategy->forward_backward(c.batch_size, loss_scale);
+      loss_sum = strategy->forward_backward(rows, loss_scale);
     }
     std::optional<Tracer::Slice> optimizer_slice;
     if (tracer.enabled()) optimizer_slice.emplace(tracer.slice("optimizer", "optimizer"));
@@ -413,7 +424,8 @@ Json run_training(const TrainConfig& c, const Json& provenance, const std::funct
     optimizer_slice.reset();
     const StepComm sc = strategy->end_step();
     const double step_s = since(t0);
-    const StepCounters counters{step_s - t_data - sc.exposed_s, sc.comm_s, sc.exposed_s, 0.0, sc.sent};
+    const StepCounters counters{
+        step_s - t_data - sc.exposed_s - sc.bubble_s, sc.comm_s, sc.exposed_s, sc.bubble_s, sc.pipeline_s, sc.sent};
     train_s += step_s;
     data_s += t_data;
     totals.add(counters);
@@ -423,9 +435,9 @@ Json run_training(const TrainConfig& c, const Json& provenance, const std::funct
     const std::uint64_t done = step + 1;
     if (done % c.log_every == 0 || done == total) {
       const auto slice = tracer.slice("log", "log");
-      double l = loss_sum;
+      double l = reports ? loss_sum : 0.0;
       comm->allreduce_sum(&l, 1);
-      last_loss = l * static_cast<double>(loss_scale) / world;
+      last_loss = l / global_elements;
       Json ranks = every_rank(counters, 1);
       Json rec{{"event", "step"},
                {"step", done},
@@ -448,7 +460,7 @@ Json run_training(const TrainConfig& c, const Json& provenance, const std::funct
   // The last collectives, before rank 0 alone waits for its checkpoints and writes the
   // output (the other ranks would otherwise wait on it, up to the timeout): the final
   // weights, and every rank's counters of the mean step.
-  std::vector<float> w(lead ? net.parameters() : 0);
+  std::vector<float> w(lead ? parameters : 0);
   strategy->gather_state(false, lead ? w.data() : nullptr, nullptr, nullptr);
   const double steps_run = static_cast<double>(timed_steps);
   Json ranks = every_rank(totals, steps_run);
@@ -467,7 +479,7 @@ Json run_training(const TrainConfig& c, const Json& provenance, const std::funct
     safetensors::Writer out;
     out.set_metadata("format", "pt");
     out.set_metadata("rkit.model", c.fingerprint());
-    for (const Mlp::Tensor& t : net.tensors())
+    for (const ModelTensor& t : tensors)
       out.add(t.name, safetensors::Dtype::F32, t.shape, std::as_bytes(std::span(w.data() + t.offset, t.count)));
     out.write(c.output);
   }
@@ -476,7 +488,7 @@ Json run_training(const TrainConfig& c, const Json& provenance, const std::funct
                {"device", dev->name()},
                {"device_libraries", dev->libraries().empty() ? Json() : Json(dev->libraries())},
                {"world_size", world},
-               {"parameters", net.parameters()},
+               {"parameters", parameters},
                {"steps", total},
                {"start_step", start},
                {"loss", last_loss},

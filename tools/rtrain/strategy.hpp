@@ -10,7 +10,8 @@
 // RKIT_TRAIN_STRATEGY; the trainer (run.cpp) finds them by name (--strategy).
 //
 //   std::unique_ptr<Strategy> s = make_strategy("zero2", {dev, comm, config});
-//   s->load_state(initial_params(s->net().slots(), seed).data(), nullptr, nullptr);
+//   s->load_state(initial_params(layer_slots(config.layers), seed).data(), nullptr, nullptr);
+//   DataShard d = s->data_shard();      // which rows this rank reads: the replica's
 //   s->upload_batch(x, y, labels, rows);
 //   s->begin_step();
 //   double loss_sum = s->forward_backward(rows, loss_scale);
@@ -19,7 +20,10 @@
 //   StepComm c = s->end_step();         // bytes sent, time in collectives and waiting
 //
 // Every call that communicates is collective: every rank makes it, in the same order.
-// Rows: the data-parallel strategies feed each rank its own batch_size rows.
+// Rows: the global batch is batch_size rows a rank, whatever the strategy. The ranks
+// that hold one model replica between them (tensor and pipeline parallel) read the same
+// rows: data_shard() says which replica this rank belongs to and how many there are,
+// and each replica trains on batch_size * world / replicas rows of a step.
 // Errors: the communicator's (Unavailable for a lost peer), Error(Usage) from
 // make_strategy for an unknown name or a device the strategy cannot run on.
 #pragma once
@@ -40,9 +44,16 @@ namespace rkit::rtrain {
 
 // One step's communication, as this rank saw it.
 struct StepComm {
-  double comm_s = 0;     // time spent in the step's collectives
-  double exposed_s = 0;  // time the step waited for them
-  CommCounters sent;     // bytes sent, by collective (ring_bytes_sent)
+  double comm_s = 0;      // time spent in the step's collectives
+  double exposed_s = 0;   // time the step waited for them
+  double bubble_s = 0;    // time a pipeline stage waited for its neighbours' activations or gradients
+  double pipeline_s = 0;  // the pipeline's span: from the first forward to the last stage's end (0: none)
+  CommCounters sent;      // bytes sent, by collective (ring_bytes_sent) and point to point
+};
+
+// The data-parallel replica a rank belongs to: replicas `world`, this rank's `rank`.
+struct DataShard {
+  int rank = 0, world = 1;
 };
 
 // What this rank holds, in bytes: the state the strategy keeps between steps
@@ -63,18 +74,19 @@ struct StrategySetup {
 class Strategy {
  public:
   virtual ~Strategy() = default;
-  // The model whose passes the strategy runs (its slots give the whole layout).
-  virtual Mlp& net() = 0;
-  // The whole state, on every rank, in the flat layout of net().slots(): each rank keeps
+  // Which rows this rank trains and evaluates on (see above).
+  virtual DataShard data_shard() const = 0;
+  // Whether this rank's loss sums count: false on the ranks whose replica's loss another
+  // rank reports (the other ranks of a tensor-parallel group, the stages before the last).
+  virtual bool reports_loss() const { return true; }
+  // The whole state, on every rank, in the flat layout of layer_slots(config.layers): each rank keeps
   // its part. Moments null: zeros (a fresh optimizer).
   virtual void load_state(const float* params, const float* exp_avg, const float* exp_avg_sq) = 0;
   // Collective: the whole state into the given host arrays (the flat layout); a rank that
   // keeps nothing passes null pointers, but every rank asks for the same parts (`moments`).
   virtual void gather_state(bool moments, float* params, float* exp_avg, float* exp_avg_sq) = 0;
-  // This rank's rows of the step.
-  void upload_batch(const float* x, const float* y, const std::int32_t* labels, std::size_t rows) {
-    net().upload_batch(x, y, labels, rows);
-  }
+  // This rank's rows of the step (its replica's).
+  virtual void upload_batch(const float* x, const float* y, const std::int32_t* labels, std::size_t rows) = 0;
   virtual void begin_step() = 0;
   // Forward and backward; afterwards the gradients are reduced as the strategy keeps them.
   // Returns this rank's loss sum (Mlp::forward_backward).

@@ -34,7 +34,10 @@ class DataParallel : public Strategy {
   }
 
   ~DataParallel() override { comm_.drain(); }  // an error between a bucket's ready and wait
-  Mlp& net() override { return net_; }
+  DataShard data_shard() const override { return {comm_.rank(), comm_.world()}; }
+  void upload_batch(const float* x, const float* y, const std::int32_t* labels, std::size_t rows) override {
+    net_.upload_batch(x, y, labels, rows);
+  }
 
   void load_state(const float* params, const float* exp_avg, const float* exp_avg_sq) override {
     Device& dev = net_.device();

@@ -74,7 +74,10 @@ class Zero : public Strategy, private LayerStore {
   // (the next forward pass waits for the parameters' only as it reaches them).
   ~Zero() override { comm_.drain(); }
 
-  Mlp& net() override { return net_; }
+  DataShard data_shard() const override { return {comm_.rank(), comm_.world()}; }
+  void upload_batch(const float* x, const float* y, const std::int32_t* labels, std::size_t rows) override {
+    net_.upload_batch(x, y, labels, rows);
+  }
 
   void load_state(const float* params, const float* exp_avg, const float* exp_avg_sq) override {
     wait_params();

@@ -83,6 +83,11 @@ void Tracer::complete(int tid, std::string name, const char* cat, Clock::time_po
                      std::max<std::int64_t>(0, ns_between(begin, end)), std::move(args)});
 }
 
+void Tracer::name_thread(int tid, std::string name) {
+  std::lock_guard lock(mu_);
+  thread_names_.emplace_back(tid, std::move(name));
+}
+
 std::string trace_file(const std::string& dir, int rank) { return fmt::format("{}/rank-{}.trace.json.gz", dir, rank); }
 
 std::string Tracer::write() {
@@ -100,6 +105,7 @@ std::string Tracer::write() {
   meta("thread_name", kComputeThread, "compute");
   meta("thread_name", kCommThread, "collectives");
   std::lock_guard lock(mu_);
+  for (const auto& [tid, name] : thread_names_) meta("thread_name", tid, name);
   for (const Event& e : events_) {
     out += "{\"ph\":\"X\",\"name\":";
     append_json_string(out, e.name);

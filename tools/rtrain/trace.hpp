@@ -13,7 +13,8 @@
 //   t.write();                                   // at the end
 //
 // Threads: the main thread's slices (tid 0, "compute") nest, as scopes do; the
-// communicator's worker (tid 1, "collectives") runs one collective at a time. Perfetto
+// communicator's worker (tid 1, "collectives") runs one collective at a time, as does
+// each subgroup's (tid 2 and up, named by name_thread). Perfetto
 // rejects slices of one thread that overlap without nesting: neither thread makes any.
 // Events are kept in memory (some tens of bytes each, tens a step) and written at the
 // end. Thread-safe. Errors: atomic_write_file's, and Error(IoErr) when the folder cannot
@@ -25,6 +26,7 @@
 #include <functional>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "rkit/jsonl.hpp"
@@ -78,6 +80,9 @@ class Tracer {
   void complete(int tid, std::string name, const char* cat, Clock::time_point begin, Clock::time_point end,
                 Json args = nullptr);
 
+  // Names thread `tid` (past the two above: a subgroup's collectives).
+  void name_thread(int tid, std::string name);
+
   // DIR/rank-R.trace.json.gz, written whole (a temporary file renamed); returns its path.
   std::string write();
 
@@ -95,6 +100,7 @@ class Tracer {
   double zero_unix_s_ = 0;
   std::mutex mu_;
   std::vector<Event> events_;
+  std::vector<std::pair<int, std::string>> thread_names_;
 };
 
 // The file of one rank's trace in `dir`.

@@ -90,7 +90,17 @@ const OptionTable<TrainConfig>& run_options() {
           Options::number("--bucket-mb", "train.bucket_mb", &C::bucket_mb, "MB",
                           "Gradient all-reduce bucket size in MiB (default 1)"),
           Options::text("--strategy", "train.strategy", &C::strategy, "NAME",
-                        "How the ranks split the work: dp (data parallel), zero1, zero2 or zero3 (default dp)"),
+                        "How the ranks split the work: dp (data parallel), zero1, zero2, zero3, tp (tensor "
+                        "parallel), pp (pipeline parallel) or 3d (tensor x pipeline x data; default dp)"),
+          Options::whole("--tensor-parallel", "train.tensor_parallel", &C::tensor_parallel, "N",
+                         "Ranks of a tensor-parallel group (tp, 3d; default: every rank for tp, 1 for 3d)",
+                         {0, 1 << 16}),
+          Options::whole("--pipeline-parallel", "train.pipeline_parallel", &C::pipeline_parallel, "N",
+                         "Pipeline stages (pp, 3d; default: every rank for pp, 1 for 3d)", {0, 1 << 16}),
+          Options::whole("--micro-batches", "train.micro_batches", &C::micro_batches, "N",
+                         "Micro-batches a step through the pipeline (default: 4 a stage)", {0, 1 << 20}),
+          Options::choice("--schedule", "train.schedule", &C::schedule, "NAME",
+                          "The pipeline's schedule: 1f1b or gpipe (default 1f1b)", {"1f1b", "gpipe"}),
           Options::whole("--ckpt-every", "checkpoint.every", &C::ckpt_every, "N",
                          "Checkpoint every N steps and at the end (default 0: never)"),
           Options::text("--ckpt-dir", "checkpoint.dir", &C::ckpt_dir, "D",
@@ -191,6 +201,7 @@ void TrainConfig::validate() const {
   if (log_every == 0) bad("log_every must be 1 or more");
   if (device != "cpu" && device != "cuda") bad(fmt::format("unknown device '{}' (expected cpu or cuda)", device));
   check_strategy(strategy);
+
   if (target_loss && !std::isfinite(*target_loss)) bad("target_loss must be a number");
 }
 

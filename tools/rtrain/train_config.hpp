@@ -47,7 +47,11 @@ struct TrainConfig {
   std::string device = "cpu";         // cpu | cuda
   int threads = 0;                    // CPU threads for BLAS (0: the usable cores / LOCAL_WORLD_SIZE)
   double bucket_mb = 1.0;             // gradient bucket size for the overlapped all-reduce
-  std::string strategy = "dp";        // how the ranks split the work (strategy.hpp): dp | zero1 | zero2 | zero3
+  std::string strategy = "dp";        // how the ranks split the work (strategy.hpp): dp | zero1 | ... | 3d
+  unsigned tensor_parallel = 0;       // ranks of a tensor-parallel group (0: the strategy's: tp all, else 1)
+  unsigned pipeline_parallel = 0;     // pipeline stages (0: the strategy's: pp all, else 1)
+  unsigned micro_batches = 0;         // a pipeline's micro-batches a step (0: 4 a stage; 1 without one)
+  std::string schedule = "1f1b";      // the pipeline's schedule: 1f1b | gpipe
   // [checkpoint]
   std::uint64_t ckpt_every = 0;  // steps between checkpoints (0: none)
   std::string ckpt_dir;          // default $RKIT_CKPT_DIR
