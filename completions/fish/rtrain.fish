@@ -4,6 +4,7 @@ complete -c rtrain -n '__fish_use_subcommand' -a launch -d 'Start NPROC workers 
 complete -c rtrain -n '__fish_use_subcommand' -a run -d 'Train an MLP natively, data parallel under rtrain launch, with checkpoints'
 complete -c rtrain -n '__fish_use_subcommand' -a trace -d 'Work with the timelines of rtrain run --trace'
 complete -c rtrain -n '__fish_use_subcommand' -a runs -d 'The run store: list, show, compare and reproduce recorded runs'
+complete -c rtrain -n '__fish_use_subcommand' -a plan -d 'Predict every strategy\'s step for the model on N ranks of a machine, fastest first'
 complete -c rtrain -l help -s h -d 'Print this help message and exit'
 complete -c rtrain -l version -d 'Print the tool, version and git revision'
 complete -c rtrain -l json -d 'Print JSON Lines (one record per line) instead of a table'
@@ -97,3 +98,13 @@ complete -c rtrain -n '__fish_seen_subcommand_from compare' -F
 complete -c rtrain -n '__fish_seen_subcommand_from reproduce' -l ckpt-dir -x -d 'Checkpoint the reproduction here (default: no checkpoints)'
 complete -c rtrain -n '__fish_seen_subcommand_from reproduce' -l output -r -F -d 'Write the reproduction\'s final weights here (safetensors)'
 complete -c rtrain -n '__fish_seen_subcommand_from reproduce' -F
+complete -c rtrain -n '__fish_seen_subcommand_from plan' -l ranks -x -d 'Ranks to split the work across'
+complete -c rtrain -n '__fish_seen_subcommand_from plan' -l bench -r -F -d 'This machine, from rbench run cpu.gemm cpu.stream comm.gloo --json (- for stdin)'
+complete -c rtrain -n '__fish_seen_subcommand_from plan' -l machine -r -F -d 'A described machine (TOML; rtrain(1), PLANS)'
+complete -c rtrain -n '__fish_seen_subcommand_from plan' -l strategy -x -d 'Only this strategy\'s plans'
+complete -c rtrain -n '__fish_seen_subcommand_from plan' -l layers -x -d 'Layer sizes, as rtrain run\'s'
+complete -c rtrain -n '__fish_seen_subcommand_from plan' -l batch-size -x -d 'Rows a rank, as rtrain run\'s'
+complete -c rtrain -n '__fish_seen_subcommand_from plan' -l micro-batches -x -d 'A pipeline\'s micro-batches, as rtrain run\'s'
+complete -c rtrain -n '__fish_seen_subcommand_from plan' -l schedule -x -d 'A pipeline\'s schedule, as rtrain run\'s: 1f1b or gpipe'
+complete -c rtrain -n '__fish_seen_subcommand_from plan' -l threads -x -d 'BLAS threads a rank on this machine (default: the cores shared among the ranks)'
+complete -c rtrain -n '__fish_seen_subcommand_from plan' -F

@@ -30,6 +30,8 @@ teardown() {
     rtrain run --steps 2 --rows 2000 --strategy zero1 --trace tr --json -q
     zcat tr/rank-0.trace.json.gz | jq -c .otherData
     rtrain trace merge tr -o merged.json.gz --json
+    rtrain plan --ranks 8 --machine "$RKIT_ROOT/examples/h200x8.toml" --json
+    rtrain plan --ranks 2 --machine "$RKIT_ROOT/examples/h200x8.toml" --json | rcost perf --prices "$prices" --json -
     zcat merged.json.gz | jq -c .otherData
     rckpt unpack ck/step-20.rkpt -C step-20 --json
     rckpt pack step-20 -o again.rkpt --base ck/step-10.rkpt --json

@@ -127,6 +127,26 @@ Json perf_record(const Json& rec, const ResourcePrices& prices, const std::strin
                     {"currency", currency}});
     return out;
   }
+  if (schema.starts_with("rkit.train.plan.v")) {  // rtrain plan --json: a plan's steps, before running them
+    check_schema(rec, "rkit.train.plan", 1, where);
+    const Priced priced = price_train(rec, prices, where);
+    const double step = number_at(rec, "step_time_s", where), rate = number_at(rec, "samples_per_s", where);
+    const double steps = number_at(rec, "steps", where);
+    out.update(Json{{"source", "rtrain plan"},
+                    {"suite", "rtrain plan"},
+                    {"metric", text_at(rec, "strategy")},
+                    {"value", step * steps},
+                    {"unit", "s"},
+                    {"host", text_at(rec, "machine")}});
+    out.update(Json{{"backend", backend},
+                    {"priced_as", priced.what},
+                    {"hourly_cost", priced.hourly},
+                    {"cost_per", priced.hourly * step * steps / 3600},
+                    {"per", fmt::format("{:g} steps", steps)},
+                    {"currency", currency},
+                    {"per_million_samples", rate > 0 ? Json(priced.hourly / (rate * 3600) * 1e6) : Json(nullptr)}});
+    return out;
+  }
   if (schema.starts_with("rkit.train.event.v")) {
     check_schema(rec, "rkit.train.event", 1, where);
     if (text_at(rec, "event") != "summary") return Json();

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "launch.hpp"
+#include "plan_cli.hpp"
 #include "rkit/cli.hpp"
 #include "rkit/error.hpp"
 #include "rkit/jsonl.hpp"
@@ -102,7 +103,9 @@ int main(int argc, char** argv) {
   merge_cmd->add_option("-o,--output", trace_out, "The merged trace (default DIR/trace.json.gz)")->type_name("FILE");
   trace_cmd->require_subcommand(1);
   RunsCli runs(tool);
+  PlanCli plan(tool);
   return tool.run(argc, argv, [&]() -> int {
+    if (plan.active()) return plan.main(tool.options());
     if (*run_cmd) {
       track.resolve(tool.config());
       run_command(tool.options(), resolve_run_config(run_config, run_flags), track);

@@ -136,4 +136,16 @@ struct ShardLayout {
   ShardLayout(const std::vector<LayerSlot>& slots, unsigned ranks);
 };
 
+// Pipeline stages (strategy_mp.cpp): stage s holds layers [cut[s], cut[s+1]), each about
+// an equal share of the work, at least one layer each. A layer's work: in × out times its
+// matrix products, three (forward, the weights' gradient, the input's) and two for the
+// first layer, whose input needs no gradient. Error(Usage) for more stages than layers.
+std::vector<std::size_t> pipeline_cut(const std::vector<LayerSlot>& slots, int stages);
+
+// How tensor parallelism on `tp` ranks holds layers [first, last) of a stage: in pairs,
+// the first column-parallel, the second row-parallel; a layer left over whole (every
+// layer whole for tp 1). Error(Usage) when tp does not divide a column layer's outputs.
+enum class Split { Whole, Column, Row };
+std::vector<Split> tensor_splits(const std::vector<LayerSlot>& slots, std::size_t first, std::size_t last, int tp);
+
 }  // namespace rkit::rtrain

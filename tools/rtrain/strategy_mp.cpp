@@ -47,8 +47,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-enum class Split { Whole, Column, Row };
-
 // One layer as this rank holds it: W [out, in] then b [bias], at `offset` of the rank's
 // flat buffers. Column: out is the model's out / tp; Row: in is the model's in / tp.
 struct Local {
@@ -80,29 +78,6 @@ Grid grid_of(const std::string& strategy, const TrainConfig& c, int rank, int wo
   return g;
 }
 
-// Stage boundaries: stage s holds layers [cut[s], cut[s+1]), each about an equal share of
-// the work, at least one layer each. A layer's work: in × out times its matrix products,
-// three (forward, the weights' gradient, the input's) and two for the first layer, whose
-// input needs no gradient.
-std::vector<std::size_t> cut_stages(const std::vector<LayerSlot>& slots, int stages) {
-  const std::size_t n = slots.size(), p = static_cast<std::size_t>(stages);
-  if (p > n)
-    throw Error(Exit::Usage, fmt::format("{} pipeline stages need {} layers or more; the model has {}", p, p, n));
-  std::vector<double> cum(n + 1, 0.0);
-  for (std::size_t l = 0; l < n; ++l)
-    cum[l + 1] = cum[l] + (l == 0 ? 2.0 : 3.0) * static_cast<double>(slots[l].in) * static_cast<double>(slots[l].out);
-  std::vector<std::size_t> cut{0};
-  for (std::size_t k = 1; k < p; ++k) {
-    const double target = cum[n] * static_cast<double>(k) / static_cast<double>(p);
-    std::size_t best = cut.back() + 1;
-    for (std::size_t b = best; b <= n - (p - k); ++b)
-      if (std::abs(cum[b] - target) < std::abs(cum[best] - target)) best = b;
-    cut.push_back(best);
-  }
-  cut.push_back(n);
-  return cut;
-}
-
 // The members of the group through this rank along one axis of the grid.
 std::vector<int> members(const Grid& g, char axis) {
   std::vector<int> m;
@@ -126,7 +101,7 @@ class ModelParallel : public Strategy {
     if (config_.device != "cpu")
       throw Error(Exit::Usage, fmt::format("--strategy {} runs on --device cpu only for now", name),
                   "use --strategy dp on a GPU");
-    const std::vector<std::size_t> cut = cut_stages(slots_, grid_.pp);
+    const std::vector<std::size_t> cut = pipeline_cut(slots_, grid_.pp);
     first_ = cut[static_cast<std::size_t>(grid_.s)];
     last_ = cut[static_cast<std::size_t>(grid_.s) + 1];
     place_layers();
@@ -224,7 +199,7 @@ class ModelParallel : public Strategy {
         backward_micro(i);
     }
     for (Transfer& t : sends_) t.wait();  // the last ones: delivered before the flush
-    {
+    if (grid_.pp > 1) {
       const auto slice = trace("pipeline flush", "bubble");
       const auto t1 = Clock::now();
       pp_->barrier();
@@ -301,24 +276,13 @@ class ModelParallel : public Strategy {
   // --- layout ----------------------------------------------------------------------------
   void place_layers() {
     const std::size_t tp = static_cast<std::size_t>(grid_.tp);
+    const std::vector<Split> splits = tensor_splits(slots_, first_, last_, grid_.tp);
     std::size_t offset = 0;
     for (std::size_t l = first_; l < last_; ++l) {
       const LayerSlot& S = slots_[l];
-      Local L{l, Split::Whole, S.in, S.out, offset};
-      if (tp > 1) {
-        const bool pair_start = (l - first_) % 2 == 0;
-        if (pair_start && l + 1 < last_) {
-          if (S.out % tp != 0)
-            throw Error(Exit::Usage,
-                        fmt::format("{} tensor-parallel ranks do not divide layer {}'s {} outputs", tp, l, S.out),
-                        "choose hidden sizes that are multiples of --tensor-parallel");
-          L.split = Split::Column;
-          L.out = S.out / tp;
-        } else if (!pair_start) {
-          L.split = Split::Row;
-          L.in = S.in / tp;
-        }
-      }
+      Local L{l, splits[l - first_], S.in, S.out, offset};
+      if (L.split == Split::Column) L.out = S.out / tp;
+      if (L.split == Split::Row) L.in = S.in / tp;
       offset += L.count();
       local_.push_back(L);
     }
@@ -559,6 +523,44 @@ class ModelParallel : public Strategy {
 };
 
 }  // namespace
+
+std::vector<std::size_t> pipeline_cut(const std::vector<LayerSlot>& slots, int stages) {
+  const std::size_t n = slots.size(), p = static_cast<std::size_t>(stages);
+  if (p > n)
+    throw Error(Exit::Usage, fmt::format("{} pipeline stages need {} layers or more; the model has {}", p, p, n));
+  std::vector<double> cum(n + 1, 0.0);
+  for (std::size_t l = 0; l < n; ++l)
+    cum[l + 1] = cum[l] + (l == 0 ? 2.0 : 3.0) * static_cast<double>(slots[l].in) * static_cast<double>(slots[l].out);
+  std::vector<std::size_t> cut{0};
+  for (std::size_t k = 1; k < p; ++k) {
+    const double target = cum[n] * static_cast<double>(k) / static_cast<double>(p);
+    std::size_t best = cut.back() + 1;
+    for (std::size_t b = best; b <= n - (p - k); ++b)
+      if (std::abs(cum[b] - target) < std::abs(cum[best] - target)) best = b;
+    cut.push_back(best);
+  }
+  cut.push_back(n);
+  return cut;
+}
+
+std::vector<Split> tensor_splits(const std::vector<LayerSlot>& slots, std::size_t first, std::size_t last, int tp) {
+  std::vector<Split> out;
+  for (std::size_t l = first; l < last; ++l) {
+    const bool pair_start = (l - first) % 2 == 0;
+    if (tp == 1 || (pair_start && l + 1 == last)) {
+      out.push_back(Split::Whole);
+    } else if (pair_start) {
+      if (slots[l].out % static_cast<std::size_t>(tp) != 0)
+        throw Error(Exit::Usage,
+                    fmt::format("{} tensor-parallel ranks do not divide layer {}'s {} outputs", tp, l, slots[l].out),
+                    "choose hidden sizes that are multiples of --tensor-parallel");
+      out.push_back(Split::Column);
+    } else {
+      out.push_back(Split::Row);
+    }
+  }
+  return out;
+}
 
 RKIT_TRAIN_STRATEGY(tp, "tp", "tensor parallel: Megatron's column- then row-parallel layer pairs",
                     [](const StrategySetup& s) { return std::make_unique<ModelParallel>(s, "tp"); });
