@@ -12,9 +12,9 @@
 # loading (goal within ±15%). Then the pipeline's bubble: pp on 2 ranks of a model cut in
 # two equal stages (768→512→512→512→512, batch 1024 a rank), 2 and 4 micro-batches, the
 # median step's bubble_fraction of the two stages less (p-1)/(m+p-1) (goal within ±0.05).
-# Then the cost of --trace: data parallel's and ZeRO-3's samples/s with a trace over
-# without, in alternating pairs of 300-step runs, 7 pairs (goal ≥ 0.98: a trace costs at
-# most 2% of a step).
+# Then the cost of --trace: data parallel's, ZeRO-3's, tensor and pipeline parallel's
+# samples/s with a trace over without, in alternating pairs of 300-step runs, 7 pairs
+# (goal ≥ 0.98: a trace costs at most 2% of a step).
 set -euo pipefail
 rtrain=$RKIT_BUILD_DIR/tools/rtrain/rtrain
 [[ -x $rtrain ]] || { echo "rtrain_strategy.sh: error: no rtrain at $rtrain (build it first)" >&2; exit 1; }
@@ -83,7 +83,7 @@ done
 
 workload=(--steps 300 --warmup-steps 5 --rows 200000 --threads 1 --no-track -q)
 PAIRS=${PAIRS:-7}
-for s in dp zero3; do
+for s in dp zero3 tp pp; do
   for ((i = 0; i < PAIRS; i++)); do
     if ((i % 2)); then
       run2 "$s.traced" --strategy "$s" --trace tr

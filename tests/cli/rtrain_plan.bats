@@ -38,6 +38,16 @@ setup() {
       $p.strategy == $s and $p.bytes_sent == $r.bytes_sent and $p.memory_bytes == $r.memory_bytes' ||
       { echo "$s: plan $plan"; echo "run $summary"; false; }
   done
+  # And a 2x2 grid on 4 ranks.
+  run -0 rtrain plan --ranks 4 --machine "$machine" --strategy 3d "${model[@]}" --json
+  plan=$output
+  run -0 rtrain launch --nproc-per-node 4 --master-port 0 -- rtrain run "${model[@]}" --rows 4000 --steps 2 \
+    --threads 1 --strategy 3d --tensor-parallel 2 --pipeline-parallel 2 --no-track -q --events 3d.jsonl
+  summary=$(jq -c 'select(.event == "summary")' 3d.jsonl)
+  jq -e -n --argjson p "$plan" --argjson r "$summary" '
+    $p.tensor_parallel == 2 and $p.pipeline_parallel == 2
+    and $p.bytes_sent == $r.bytes_sent and $p.memory_bytes == $r.memory_bytes' ||
+    { echo "3d: plan $plan"; echo "run $summary"; false; }
 }
 
 @test "this machine from rbench records; rcost perf prices the plans' steps" {
