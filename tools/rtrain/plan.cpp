@@ -27,24 +27,22 @@ double interpolate(const std::vector<std::pair<double, double>>& curve, double x
   return std::exp(std::log(lo->second) + f * (std::log(hi->second) - std::log(lo->second)));
 }
 
-// latency + bytes / bandwidth from (bytes, seconds) points, robust to a slow call or
-// two: the latency the median time of the small messages (4 KiB and less), the bandwidth
-// the large ones' (256 KiB and more; every size when there are none) bytes over their
-// time past that latency.
-Machine::Link fit_link(std::vector<std::pair<double, double>> points) {
-  std::vector<double> small;
-  double bytes = 0, seconds = 0;
-  for (const auto& [b, t] : points)
-    if (b <= 4096) small.push_back(t);
-  std::sort(small.begin(), small.end());
-  const double latency = small.empty() ? 0 : small[small.size() / 2];
-  const bool large = std::any_of(points.begin(), points.end(), [](const auto& p) { return p.first >= 262144; });
-  for (const auto& [b, t] : points)
-    if (!large || b >= 262144) {
-      bytes += b;
-      seconds += std::max(0.0, t - latency);
-    }
-  return {latency, seconds > 0 ? bytes / seconds : 0};
+// latency + bytes / bandwidth fitted to (bytes, seconds) points, minimising the squared
+// relative error (weighted least squares, linear in latency and 1/bandwidth).
+Machine::Link fit_link(const std::vector<std::pair<double, double>>& points) {
+  double s00 = 0, s01 = 0, s11 = 0, r0 = 0, r1 = 0;
+  for (const auto& [b, t] : points) {
+    const double w = 1 / (t * t);
+    s00 += w;
+    s01 += w * b;
+    s11 += w * b * b;
+    r0 += w * t;
+    r1 += w * t * b;
+  }
+  const double det = s00 * s11 - s01 * s01;
+  if (points.size() < 2 || !(std::fabs(det) > 0)) return {};
+  const double latency = (r0 * s11 - r1 * s01) / det, inverse = (s00 * r1 - s01 * r0) / det;
+  return {std::max(0.0, latency), inverse > 0 ? 1 / inverse : 0};
 }
 
 // One rank's passes over a model's layers, as a strategy holds them.
