@@ -128,3 +128,29 @@ rsub_sandbox() {
   export RKIT_STATE_DIR=$BATS_TEST_TMPDIR/state RKIT_CONFIG=$BATS_TEST_TMPDIR/rkit.toml
   printf '[local]\ncpus = 2\ngpus = 0\n' >"$RKIT_CONFIG"
 }
+
+# kill_and_resume NAME NPROC RANK STEP LAST ARGS...: `rtrain run ARGS` under rtrain launch
+# on NPROC ranks twice, the second time with rank RANK killed (kill -9) once the
+# checkpoint of step STEP exists. Passes when that run restarted once, resumed from step
+# STEP or later (before LAST) and wrote the reference run's very bytes. Files NAME-*:
+# NAME-ref/ and NAME-ck/ (checkpoints), NAME-launch.jsonl, NAME-run.jsonl; the victim's pid
+# is left in $victim.
+kill_and_resume() {
+  local name=$1 nproc=$2 rank=$3 step=$4 last=$5 launcher n
+  shift 5
+  run -0 rtrain launch --nproc-per-node "$nproc" --master-port 0 --ckpt-dir "$name-ref" -- \
+    rtrain run "$@" --output "$name-ref.safetensors"
+  rtrain launch --nproc-per-node "$nproc" --master-port 0 --max-restarts 3 --ckpt-dir "$name-ck" \
+    --events "$name-launch.jsonl" -- rtrain run "$@" --output "$name-out.safetensors" --events "$name-run.jsonl" \
+    2>"$name-launch.err" &
+  launcher=$!
+  for ((n = 0; n < 600; n++)); do [[ -e $name-ck/step-$step.rkpt ]] && break; sleep 0.05; done
+  victim=$(worker_of "$launcher" "$rank")
+  kill -9 "$victim"
+  wait "$launcher"
+  jq -e -s 'map(select(.event == "restart")) | length == 1' "$name-launch.jsonl"
+  # an archive, or the step folder itself when the kill came before its packing ended
+  jq -e -s --argjson s "$step" --argjson l "$last" 'map(select(.event == "resume"))[0] |
+    .step >= $s and .step < $l and (.path | test("step-[0-9]+(.rkpt)?$"))' "$name-run.jsonl"
+  cmp "$name-ref.safetensors" "$name-out.safetensors"
+}

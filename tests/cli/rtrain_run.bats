@@ -46,21 +46,10 @@ small=(--layers 32,64,64,1 --rows 20000 --threads 1)
 }
 
 @test "kill -9 of a worker: the run resumes from its last checkpoint and ends with bit-identical weights" {
-  args=(--layers 64,256,256,1 --rows 50000 --steps 400 --batch-size 128 --threads 1 -q --ckpt-every 25)
-  run -0 rtrain launch --nproc-per-node 2 --master-port 0 --ckpt-dir ref -- rtrain run "${args[@]}" --output ref.safetensors
-  rtrain launch --nproc-per-node 2 --master-port 0 --max-restarts 3 --ckpt-dir ck --events launch.jsonl -- \
-    rtrain run "${args[@]}" --output out.safetensors --events run.jsonl 2>launch.err &
-  launcher=$!
-  for ((n = 0; n < 300; n++)); do [[ -e ck/step-50.rkpt ]] && break; sleep 0.05; done
-  victim=$(worker_of "$launcher" 1)
-  kill -9 "$victim"
-  wait "$launcher"
-  jq -e -s 'map(select(.event == "restart")) | length == 1' launch.jsonl
-  # an archive, or the step folder itself when the kill came before its packing ended
-  jq -e -s 'map(select(.event == "resume"))[0] | .step >= 50 and .step < 400 and (.path | test("step-[0-9]+(.rkpt)?$"))' run.jsonl
-  assert_equal "$(sha256sum <out.safetensors | cut -d' ' -f1)" "$(sha256sum <ref.safetensors | cut -d' ' -f1)"
-  run -0 rckpt verify ck/step-400.rkpt
-  run -0 rckpt ls ck/step-400.rkpt
+  kill_and_resume w 2 1 50 400 --layers 64,256,256,1 --rows 50000 --steps 400 --batch-size 128 --threads 1 -q \
+    --ckpt-every 25
+  run -0 rckpt verify w-ck/step-400.rkpt
+  run -0 rckpt ls w-ck/step-400.rkpt
   assert_output --partial model.safetensors
   assert_output --partial optimizer.safetensors
   refute_alive "$victim"

@@ -72,35 +72,13 @@ losses() { jq -s -c '[.[] | select(.event == "step") | .loss]' "$1"; }
 @test "kill -9 of a rank under each strategy: the run resumes and ends with bit-identical weights" {
   args=(--layers 64,128,128,2 --rows 50000 --steps 200 --batch-size 64 --threads 1 -q --ckpt-every 25)
   for z in zero1 zero2 zero3 tp pp; do
-    run -0 rtrain launch --nproc-per-node 2 --master-port 0 --ckpt-dir "ref-$z" -- \
-      rtrain run "${args[@]}" --strategy "$z" --output "ref-$z.safetensors"
-    rtrain launch --nproc-per-node 2 --master-port 0 --max-restarts 3 --ckpt-dir "ck-$z" --events "launch-$z.jsonl" -- \
-      rtrain run "${args[@]}" --strategy "$z" --output "out-$z.safetensors" --events "run-$z.jsonl" 2>"launch-$z.err" &
-    launcher=$!
-    for ((n = 0; n < 600; n++)); do [[ -e ck-$z/step-50.rkpt ]] && break; sleep 0.05; done
-    victim=$(worker_of "$launcher" 1)
-    kill -9 "$victim"
-    wait "$launcher"
-    jq -e -s 'map(select(.event == "restart")) | length == 1' "launch-$z.jsonl"
-    jq -e -s 'map(select(.event == "resume"))[0] | .step >= 50 and .step < 200' "run-$z.jsonl"
-    cmp "ref-$z.safetensors" "out-$z.safetensors"
+    kill_and_resume "$z" 2 1 50 200 "${args[@]}" --strategy "$z"
   done
 }
 
 @test "kill -9 of a rank of a 2x2 grid (tensor x pipeline) on 4 ranks: the run resumes to the same bits" {
-  args=(--layers 64,128,128,2 --rows 50000 --steps 120 --batch-size 32 --threads 1 -q --ckpt-every 20
-    --strategy 3d --tensor-parallel 2 --pipeline-parallel 2)
-  run -0 rtrain launch --nproc-per-node 4 --master-port 0 --ckpt-dir ref -- rtrain run "${args[@]}" --output ref.safetensors
-  rtrain launch --nproc-per-node 4 --master-port 0 --max-restarts 3 --ckpt-dir ck --events launch.jsonl -- \
-    rtrain run "${args[@]}" --output out.safetensors --events run.jsonl 2>launch.err &
-  launcher=$!
-  for ((n = 0; n < 600; n++)); do [[ -e ck/step-40.rkpt ]] && break; sleep 0.05; done
-  victim=$(worker_of "$launcher" 3)
-  kill -9 "$victim"
-  wait "$launcher"
-  jq -e -s 'map(select(.event == "restart")) | length == 1' launch.jsonl
-  jq -e -s 'map(select(.event == "resume"))[0] | .step >= 40 and .step < 120' run.jsonl
-  cmp ref.safetensors out.safetensors
+  kill_and_resume grid 4 3 40 120 --layers 64,128,128,2 --rows 50000 --steps 120 --batch-size 32 --threads 1 -q \
+    --ckpt-every 20 --strategy 3d --tensor-parallel 2 --pipeline-parallel 2
 }
 
 @test "a checkpoint saved with ZeRO-1 on 2 ranks resumes on 1 rank under data parallel" {

@@ -90,7 +90,7 @@ void Mlp::forward(std::size_t rows) {
   const float* in = input_;
   for (std::size_t l = 0; l < slots_.size(); ++l) {
     const LayerSlot& s = slots_[l];
-    const auto slice = trace_slice("forward", l);
+    const auto slice = layer_slice(tracer_, "forward", l);
     // z = in · Wᵀ, then z += b and a = act(z) (the last layer: a is z)
     const float* w = layer_params(l, Pass::Forward);
     dev_.gemm(false, true, static_cast<int>(rows), static_cast<int>(s.out), static_cast<int>(s.in), 1.0f, in,
@@ -114,7 +114,7 @@ double Mlp::forward_backward(std::size_t rows, float grad_scale, const std::func
   for (std::size_t l = slots_.size(); l-- > 0;) {
     const LayerSlot& s = slots_[l];
     const bool last = l + 1 == slots_.size();
-    const auto slice = trace_slice("backward", l);
+    const auto slice = layer_slice(tracer_, "backward", l);
     float* g = layer_grads(l);
     // back_[cur] holds dL/da of layer l (the loss's gradient for the last): make it dL/dz, and db.
     dev_.bias_act_backward(last ? kernels::Activation::Identity : act_, rows, s.out, z_[l], back_[cur], back_[cur],

@@ -18,7 +18,6 @@
 // hands each layer's tensors to the passes when they need them.
 #pragma once
 
-#include <fmt/format.h>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -132,10 +131,6 @@ class Mlp {
     return store_ ? store_->params(l, pass) : params_ + slots_[l].weight;
   }
   float* layer_grads(std::size_t l) { return store_ ? store_->grads(l) : grads_ + slots_[l].weight; }
-  Tracer::Slice trace_slice(const char* pass, std::size_t l) {
-    if (!tracer_) return {};
-    return tracer_->slice(fmt::format("{} {}", pass, l), pass, Json{{"layer", l}});
-  }
   double loss(std::size_t rows, float grad_scale, float* dpred);
 };
 

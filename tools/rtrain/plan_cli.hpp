@@ -26,7 +26,6 @@ class PlanCli {
   int ranks_ = 0, threads_ = 0;
   std::size_t batch_ = 0;
   unsigned micro_ = 0;
-  bool micro_given_ = false;
 };
 
 }  // namespace rkit::rtrain

@@ -356,7 +356,7 @@ class ModelParallel : public Strategy {
     const int r = static_cast<int>(rows);
     for (std::size_t k = 0; k < local_.size(); ++k) {
       const Local& L = local_[k];
-      const auto slice = trace(fmt::format("forward {}", L.layer), "forward");
+      const auto slice = layer_slice(tracer_, "forward", L.layer);
       const float* w = params_ + L.offset;
       float* z = z_[h][k];
       dev_.gemm(false, true, r, static_cast<int>(L.out), static_cast<int>(L.in), 1.0f, x, static_cast<int>(L.in), w,
@@ -403,7 +403,7 @@ class ModelParallel : public Strategy {
     int which = 0;
     for (std::size_t k = local_.size(); k-- > 0;) {
       const Local& L = local_[k];
-      const auto slice = trace(fmt::format("backward {}", L.layer), "backward");
+      const auto slice = layer_slice(tracer_, "backward", L.layer);
       float* g = grads_ + L.offset;
       const float beta = i == 0 ? 0.0f : 1.0f;  // the micro-batches' gradients add up
       dev_.bias_act_backward(activation(L), rows, L.out, z_[h][k], cur, cur, dbias_);

@@ -88,6 +88,11 @@ void Tracer::name_thread(int tid, std::string name) {
   thread_names_.emplace_back(tid, std::move(name));
 }
 
+Tracer::Slice layer_slice(Tracer* tracer, const char* pass, std::size_t layer) {
+  if (!tracer) return {};
+  return tracer->slice(fmt::format("{} {}", pass, layer), pass, Json{{"layer", layer}});
+}
+
 std::string trace_file(const std::string& dir, int rank) { return fmt::format("{}/rank-{}.trace.json.gz", dir, rank); }
 
 std::string Tracer::write() {

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <mutex>
@@ -102,6 +103,10 @@ class Tracer {
   std::vector<Event> events_;
   std::vector<std::pair<int, std::string>> thread_names_;
 };
+
+// A slice "forward 3" (cat "forward", args {"layer": 3}) of `tracer`'s main thread, for a
+// layer's pass; nothing, not even the name's formatting, without a tracer.
+Tracer::Slice layer_slice(Tracer* tracer, const char* pass, std::size_t layer);
 
 // The file of one rank's trace in `dir`.
 std::string trace_file(const std::string& dir, int rank);
