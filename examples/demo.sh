@@ -36,7 +36,12 @@ step() { printf '%s$ %s%s\n' "$bold" "$*" "$plain"; eval "$@"; }
 
 sampler='' running=''
 stop_all() {  # the training job (when interrupted), the sampler and the scheduler's daemon
-  if [[ -n $running ]]; then rsub cancel "$running" >/dev/null 2>&1 || true; fi
+  # The daemon signals the job at its next pass: waiting for the job to end before the
+  # daemon is stopped keeps a cancel from being lost to that race.
+  if [[ -n $running ]]; then
+    rsub cancel "$running" >/dev/null 2>&1 && rsub wait --timeout 30s "$running" >/dev/null 2>&1 || true
+    running=''
+  fi
   if [[ -n $sampler ]]; then
     kill "$sampler" 2>/dev/null || true
     wait "$sampler" 2>/dev/null || true

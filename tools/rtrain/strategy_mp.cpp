@@ -35,7 +35,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <optional>
 
 #include "device.hpp"
 #include "rkit/error.hpp"
