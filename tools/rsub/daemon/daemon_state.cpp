@@ -143,6 +143,16 @@ void Daemon::resync() {
   loaded_ = false;
 }
 
+void Daemon::finish_up() {
+  try {
+    refresh();
+    watch_running();
+  } catch (const std::exception& e) {
+    warn("rsub daemon", std::string("last look at the running jobs: ") + e.what(), std::cerr);
+  }
+  save_usage(now_s());
+}
+
 void Daemon::trim_changes() {
   if (change_seq_ - trimmed_seq_ < 4096) return;
   store_.forget_changes(change_seq_);

@@ -67,7 +67,9 @@ class Daemon {
   SchedPlan explain_pass();
 
   Store& store() { return store_; }
-  void finish_up() { save_usage(now_s()); }
+  // The daemon stops: cancels that reached the store since the last pass (a stop that
+  // came with the cancel's wake-up) are still delivered to their jobs, and usage saved.
+  void finish_up();
   // New settings (the configuration file changed); the machine is probed again when
   // what describes it did.
   void set_settings(const Settings& s);
