@@ -3,6 +3,7 @@
 #include "comm.hpp"
 
 #include <arpa/inet.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <linux/tcp.h>
 #include <netinet/in.h>
@@ -26,6 +27,8 @@
 #include <thread>
 #include <vector>
 
+#include "device.hpp"
+#include "device_comm.hpp"
 #include "test_support.hpp"
 
 namespace rkit::rtrain {
@@ -467,6 +470,55 @@ TEST(RtrainComm, QueuedReduceScatterAllgatherAndAllreduce) {
       EXPECT_GT(d.busy_s, 0.0);
     });
   }
+}
+
+// The CPU device's collectives (device_comm.hpp) over the communicator: a reduce-scatter
+// kept elsewhere or in place, tickets of point-to-point transfers (one wait each), a
+// subgroup, the counters the communicator's; and the device's copy, zeros and y = b y + x.
+TEST(RtrainComm, CpuDeviceCollectivesAndOperators) {
+  run_ranks(2, [&](Communicator& comm) {
+    auto dev = make_device("cpu", 1, comm.rank());
+    std::unique_ptr<DeviceComm> c = dev->collectives(comm);
+    ASSERT_EQ(c->world(), 2);
+    const std::size_t block = 64;
+    const auto r = static_cast<std::size_t>(comm.rank());
+    std::vector<float> a(2 * block), b(2 * block), keep(block, -1.0f);
+    for (std::size_t i = 0; i < 2 * block; ++i) a[i] = b[i] = static_cast<float>(i + r);
+    const CommCounters before = c->counters();
+    const auto t1 = c->start_reduce_scatter(a.data(), block, 0.5f, keep.data(), "elsewhere");
+    const auto t2 = c->start_reduce_scatter(b.data(), block, 1.0f, b.data() + r * block, "in place");
+    c->wait_for(t2);
+    c->wait_for(t1);
+    for (std::size_t i = 0; i < block; ++i) {
+      const float sum = static_cast<float>(2 * (r * block + i) + 1);
+      ASSERT_EQ(keep[i], 0.5f * sum) << i;
+      ASSERT_EQ(b[r * block + i], sum) << i;
+    }
+    std::vector<float> out(block, static_cast<float>(r + 1)), in(block, 0.0f);
+    const int peer = 1 - comm.rank();
+    const auto ts = c->send(peer, out.data(), block);
+    const auto tr = c->recv(peer, in.data(), block);
+    c->wait_for(tr);
+    c->wait_for(ts);
+    EXPECT_EQ(in, std::vector<float>(block, static_cast<float>(peer + 1)));
+    EXPECT_EQ(error_of([&] { c->wait_for(ts); }).code(), Exit::Software);  // waited for already
+    const CommCounters d = c->counters() - before;
+    EXPECT_EQ(d[Collective::ReduceScatter], 2 * block * sizeof(float));
+    EXPECT_EQ(d.send_recv, block * sizeof(float));
+    const CommCounters host = comm.counters() - before;
+    EXPECT_EQ(host[Collective::ReduceScatter], d[Collective::ReduceScatter]);
+    std::unique_ptr<DeviceComm> one = c->subgroup({comm.rank()}, fmt::format("alone-{}", comm.rank()));
+    EXPECT_EQ(one->world(), 1);
+    std::vector<float> x{1, 2, 3}, y{4, 5, 6};
+    one->wait_for(one->start_allreduce(x.data(), 3, 2.0f, "one rank"));
+    EXPECT_EQ(x, (std::vector<float>{2, 4, 6}));
+    dev->scale_add(3, 0.5f, y.data(), x.data());
+    EXPECT_EQ(y, (std::vector<float>{4, 6.5f, 9}));
+    dev->copy(y.data(), x.data() + 1, 2 * sizeof(float));
+    EXPECT_EQ(y, (std::vector<float>{4, 6, 9}));
+    dev->fill_zero(x.data() + 1, 2);
+    EXPECT_EQ(x, (std::vector<float>{2, 0, 0}));
+  });
 }
 
 TEST(RtrainComm, QueuedCollectivesOnOneRankAreDoneAtOnce) {

@@ -3,6 +3,7 @@
 #include <cblas.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -10,6 +11,7 @@
 
 #include "comm.hpp"
 #include "device.hpp"
+#include "device_comm.hpp"
 #include "rkit/cpus.hpp"
 #include "rkit/error.hpp"
 
@@ -59,6 +61,11 @@ class CpuDevice : public Device {
   }
   void copy_in(void* dst, const void* host, std::size_t bytes) override { std::memcpy(dst, host, bytes); }
   void copy_out(void* host, const void* src, std::size_t bytes) override { std::memcpy(host, src, bytes); }
+  void copy(void* dst, const void* src, std::size_t bytes) override { std::memmove(dst, src, bytes); }
+  void fill_zero(float* x, std::size_t n) override { std::fill(x, x + n, 0.0f); }
+  void scale_add(std::size_t n, float beta, float* y, const float* x) override {
+    for (std::size_t i = 0; i < n; ++i) y[i] = beta * y[i] + x[i];
+  }
   void gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda, const float* b, int ldb,
             float beta, float* c, int ldc) override {
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda,
@@ -94,6 +101,7 @@ class CpuDevice : public Device {
                                             float scale) override {
     return std::make_unique<CpuReducer>(comm, grads, std::move(buckets), scale);
   }
+  std::unique_ptr<DeviceComm> collectives(Communicator& comm) override { return gloo_device_comm(comm); }
 
  private:
   int threads_ = 1;

@@ -1,7 +1,8 @@
 // The CUDA device of rtrain run, built into the plug-in rtrain_cuda.so (CUDA builds
 // only; rtrain loads it with dlopen so that rtrain itself needs no CUDA library): cuBLAS
 // for the matrix products, kernels/mlp's CUDA kernels for the rest, NCCL for the
-// gradient all-reduce, on a stream of its own so that it overlaps the backward pass.
+// gradient all-reduce, on a stream of its own so that it overlaps the backward pass, and
+// for the sharded and model-parallel strategies' collectives (NcclComm).
 // Untested on hardware until a GPU is lent: tests/gpu/gpu-check.sh runs it.
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -9,13 +10,17 @@
 #include <nccl.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstring>
+#include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "comm.hpp"
 #include "device.hpp"
+#include "device_comm.hpp"
 #include "rkit/error.hpp"
 
 namespace rkit::rtrain {
@@ -104,6 +109,188 @@ class NcclReducer : public GradReducer {
   std::uint64_t bytes_ = 0;
 };
 
+// The strategies' collectives on the GPU (device_comm.hpp): NCCL over the group's ranks,
+// met through its host communicator (rank 0's unique id broadcast over it). Collectives
+// run on one stream in call order; sends and receives on two more, by direction (towards
+// higher ranks: a pipeline's activations; towards lower: its gradients), so that no send
+// waits behind a receive of the other direction. Each operation first waits for what the
+// compute stream has enqueued so far; wait_for makes the compute stream wait for the
+// operation's end. Time in collectives: their events' elapsed times, read once done.
+class NcclComm final : public DeviceComm {
+ public:
+  NcclComm(Communicator& host, std::unique_ptr<Communicator> owned, cudaStream_t compute)
+      : host_(host), owned_(std::move(owned)), compute_(compute) {
+    ncclUniqueId id{};
+    if (host_.rank() == 0) check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+    host_.broadcast(&id, sizeof id, 0);
+    check(ncclCommInitRank(&nccl_, host_.world(), id, host_.rank()), "ncclCommInitRank");
+    for (cudaStream_t& st : streams_) check(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), "cudaStreamCreate");
+    check(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming), "cudaEventCreate");
+  }
+  ~NcclComm() override {
+    drain();
+    for (auto& [ticket, op] : ops_) release(op);
+    for (cudaEvent_t e : timed_) cudaEventDestroy(e);
+    for (cudaEvent_t e : plain_) cudaEventDestroy(e);
+    cudaEventDestroy(ready_);
+    if (nccl_) ncclCommDestroy(nccl_);
+    for (cudaStream_t st : streams_) cudaStreamDestroy(st);
+  }
+
+  Communicator& host() const override { return host_; }
+
+  Ticket start_allreduce(float* data, std::size_t n, float scale, std::string what) override {
+    add_bytes(Collective::Allreduce, n);
+    return enqueue(kCollectives, what, [&](cudaStream_t st) {
+      with_op(scale, [&](ncclRedOp_t op) { return ncclAllReduce(data, data, n, ncclFloat, op, nccl_, st); });
+    });
+  }
+  Ticket start_reduce_scatter(float* data, std::size_t block, float scale, float* keep, std::string what) override {
+    add_bytes(Collective::ReduceScatter, block * world_size());
+    return enqueue(kCollectives, what, [&](cudaStream_t st) {
+      with_op(scale, [&](ncclRedOp_t op) { return ncclReduceScatter(data, keep, block, ncclFloat, op, nccl_, st); });
+    });
+  }
+  Ticket start_allgather(float* data, std::size_t block, std::string what) override {
+    add_bytes(Collective::Allgather, block * world_size());
+    const float* mine = data + static_cast<std::size_t>(rank()) * block;  // in place, as NCCL defines it
+    return enqueue(kCollectives, what, [&](cudaStream_t st) {
+      check(ncclAllGather(mine, data, block, ncclFloat, nccl_, st), "ncclAllGather");
+    });
+  }
+  Ticket send(int peer, const float* data, std::size_t n) override {
+    check_peer(peer);
+    sent_.send_recv += n * sizeof(float);
+    return enqueue(peer > rank() ? kUp : kDown, "send",
+                   [&](cudaStream_t st) { check(ncclSend(data, n, ncclFloat, peer, nccl_, st), "ncclSend"); });
+  }
+  Ticket recv(int peer, float* data, std::size_t n) override {
+    check_peer(peer);
+    return enqueue(peer < rank() ? kUp : kDown, "recv",
+                   [&](cudaStream_t st) { check(ncclRecv(data, n, ncclFloat, peer, nccl_, st), "ncclRecv"); });
+  }
+  double wait_for(Ticket t) override {
+    if (const auto it = ops_.find(t); it != ops_.end())  // else done and accounted for already
+      check(cudaStreamWaitEvent(compute_, it->second.end, 0), "cudaStreamWaitEvent");
+    return 0;
+  }
+  // What is in flight, given up on (the communicator aborted) when NCCL reports an error
+  // or nothing moves for the host communicator's timeout.
+  void drain() noexcept override {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(1);
+    for (cudaStream_t st : streams_)
+      while (nccl_ && cudaStreamQuery(st) == cudaErrorNotReady) {
+        ncclResult_t async = ncclSuccess;
+        ncclCommGetAsyncError(nccl_, &async);
+        if ((async != ncclSuccess && async != ncclInProgress) || std::chrono::steady_clock::now() > deadline) {
+          ncclCommAbort(nccl_);
+          nccl_ = nullptr;
+          break;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+  }
+  CommCounters counters() const override {
+    for (auto it = ops_.begin(); it != ops_.end();) {
+      if (cudaEventQuery(it->second.end) != cudaSuccess) {
+        ++it;
+        continue;
+      }
+      if (it->second.start) {
+        float ms = 0;
+        if (cudaEventElapsedTime(&ms, it->second.start, it->second.end) == cudaSuccess) sent_.busy_s += ms / 1e3;
+      }
+      release(it->second);
+      it = ops_.erase(it);
+    }
+    CommCounters c = host_.counters();
+    c += sent_;
+    return c;
+  }
+  std::unique_ptr<DeviceComm> subgroup(const std::vector<int>& members, const std::string& name) override {
+    std::unique_ptr<Communicator> sub = host_.subgroup(members, name);
+    Communicator& ref = *sub;
+    return std::make_unique<NcclComm>(ref, std::move(sub), compute_);
+  }
+  // The host's collectives only: a slice on the host says nothing of when the GPU ran one.
+  void set_tracer(Tracer* tracer, int tid) override { host_.set_tracer(tracer, tid); }
+
+ private:
+  enum Lane { kCollectives, kUp, kDown };
+  struct Op {
+    cudaEvent_t start = nullptr, end = nullptr;  // start: collectives only (timed)
+  };
+
+  std::size_t world_size() const { return static_cast<std::size_t>(host_.world()); }
+  void add_bytes(Collective c, std::size_t floats) {
+    sent_[c] += ring_bytes_sent(c, floats * sizeof(float), static_cast<unsigned>(host_.world()));
+  }
+  void check_peer(int peer) const {
+    if (peer < 0 || peer >= host_.world() || peer == host_.rank())
+      throw Error(Exit::Software,
+                  fmt::format("NCCL send/recv with rank {}: not another rank of {}", peer, host_.world()));
+  }
+  // NCCL's operator for a sum times `scale`: the sum, the average, else a sum of inputs
+  // each multiplied first (destroyed once the call using it is enqueued).
+  template <typename Call>
+  void with_op(float scale, Call call) {
+    if (scale == 1.0f) return check(call(ncclSum), "NCCL collective");
+    if (scale == 1.0f / static_cast<float>(host_.world())) return check(call(ncclAvg), "NCCL collective");
+    ncclRedOp_t op{};
+    check(ncclRedOpCreatePreMulSum(&op, &scale, ncclFloat, ncclScalarHostImmediate, nccl_), "ncclRedOpCreatePreMulSum");
+    const ncclResult_t rc = call(op);
+    ncclRedOpDestroy(op, nccl_);
+    check(rc, "NCCL collective");
+  }
+  template <typename Launch>
+  Ticket enqueue(Lane lane, const std::string& what, Launch launch) {
+    if (!nccl_)
+      throw Error(Exit::Unavailable, fmt::format("--device cuda: {}: the NCCL communicator was aborted", what));
+    const cudaStream_t st = streams_[lane];
+    check(cudaEventRecord(ready_, compute_), "cudaEventRecord");  // captured now: reusable at once
+    check(cudaStreamWaitEvent(st, ready_, 0), "cudaStreamWaitEvent");
+    Op op;
+    if (lane == kCollectives) {
+      op.start = take(timed_, true);
+      check(cudaEventRecord(op.start, st), "cudaEventRecord");
+    }
+    launch(st);
+    op.end = take(lane == kCollectives ? timed_ : plain_, lane == kCollectives);
+    check(cudaEventRecord(op.end, st), "cudaEventRecord");
+    ops_.emplace(++count_, op);
+    return count_;
+  }
+  static cudaEvent_t take(std::vector<cudaEvent_t>& pool, bool timed) {
+    if (!pool.empty()) {
+      const cudaEvent_t e = pool.back();
+      pool.pop_back();
+      return e;
+    }
+    cudaEvent_t e = nullptr;
+    check(cudaEventCreateWithFlags(&e, timed ? cudaEventDefault : cudaEventDisableTiming), "cudaEventCreate");
+    return e;
+  }
+  void release(const Op& op) const {
+    if (op.start) {
+      timed_.push_back(op.start);
+      timed_.push_back(op.end);
+    } else {
+      plain_.push_back(op.end);
+    }
+  }
+
+  Communicator& host_;
+  std::unique_ptr<Communicator> owned_;  // a subgroup's
+  cudaStream_t compute_;
+  ncclComm_t nccl_ = nullptr;
+  std::array<cudaStream_t, 3> streams_{};  // by Lane
+  cudaEvent_t ready_ = nullptr;
+  mutable std::map<Ticket, Op> ops_;  // in flight, or done and not yet accounted for
+  mutable std::vector<cudaEvent_t> timed_, plain_;
+  mutable CommCounters sent_;
+  Ticket count_ = 0;
+};
+
 class CudaDevice : public Device {
  public:
   explicit CudaDevice(int local_rank) {
@@ -154,6 +341,17 @@ class CudaDevice : public Device {
     check(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, stream_), "cudaMemcpy from the GPU");
     check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
   }
+  void copy(void* dst, const void* src, std::size_t bytes) override {
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_), "cudaMemcpy on the GPU");
+  }
+  void fill_zero(float* x, std::size_t n) override {
+    check(cudaMemsetAsync(x, 0, n * sizeof(float), stream_), "cudaMemset");
+  }
+  void scale_add(std::size_t n, float beta, float* y, const float* x) override {
+    const float one = 1.0f;  // y = 1 x + beta y, in place (cuBLAS allows C = B)
+    const int rows = static_cast<int>(n);
+    check(cublasSgeam(blas_, CUBLAS_OP_N, CUBLAS_OP_N, rows, 1, &one, x, rows, &beta, y, rows, y, rows), "cublasSgeam");
+  }
   void gemm(bool ta, bool tb, int m, int n, int kk, float alpha, const float* a, int lda, const float* b, int ldb,
             float beta, float* c, int ldc) override {
     // Row-major C = op(A) op(B) is column-major Cᵀ = op(B)ᵀ op(A)ᵀ: the operands swap.
@@ -199,6 +397,9 @@ class CudaDevice : public Device {
                                             std::vector<std::pair<std::size_t, std::size_t>> buckets,
                                             float scale) override {
     return std::make_unique<NcclReducer>(comm, stream_, grads, std::move(buckets), scale);
+  }
+  std::unique_ptr<DeviceComm> collectives(Communicator& comm) override {
+    return std::make_unique<NcclComm>(comm, nullptr, stream_);
   }
 
  private:

@@ -29,6 +29,7 @@
 namespace rkit::rtrain {
 
 class Communicator;
+class DeviceComm;
 
 // Gradient all-reduce in buckets, overlapped with the backward pass (see comm.hpp's
 // Communicator for the CPU one): set once, then per step begin, ready per bucket, wait.
@@ -52,6 +53,10 @@ class Device {
   float* alloc(std::size_t n) { return static_cast<float*>(alloc_bytes(n * sizeof(float))); }
   virtual void copy_in(void* dst, const void* host, std::size_t bytes) = 0;
   virtual void copy_out(void* host, const void* src, std::size_t bytes) = 0;  // waits for the data
+  // On the device, in order with its operators: a copy, zeros, y = beta y + x.
+  virtual void copy(void* dst, const void* src, std::size_t bytes) = 0;
+  virtual void fill_zero(float* x, std::size_t n) = 0;
+  virtual void scale_add(std::size_t n, float beta, float* y, const float* x) = 0;
   // C = alpha op(A) op(B) + beta C, row-major: op(A) is m x k, op(B) k x n.
   virtual void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
                     const float* b, int ldb, float beta, float* c, int ldc) = 0;
@@ -74,6 +79,9 @@ class Device {
   virtual std::unique_ptr<GradReducer> make_reducer(Communicator& comm, float* grads,
                                                     std::vector<std::pair<std::size_t, std::size_t>> buckets,
                                                     float scale) = 0;
+  // The collectives of the sharded and model-parallel strategies over `comm`'s ranks, on
+  // this device's memory (device_comm.hpp): Gloo on the CPU, NCCL on a GPU.
+  virtual std::unique_ptr<DeviceComm> collectives(Communicator& comm) = 0;
 };
 
 // "cpu" (threads: BLAS threads, 0 for every core this process may use) or "cuda" (the

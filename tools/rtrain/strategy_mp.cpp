@@ -1,6 +1,6 @@
-// Tensor, pipeline and data parallelism on a grid of ranks (strategy.hpp), on the CPU over
-// the communicator: Megatron-LM's scheme (Shoeybi et al. 2019; Narayanan et al. 2021) for
-// rtrain's MLP.
+// Tensor, pipeline and data parallelism on a grid of ranks (strategy.hpp), over the
+// device's collectives (Gloo on the CPU, NCCL on a GPU: device_comm.hpp): Megatron-LM's
+// scheme (Shoeybi et al. 2019; Narayanan et al. 2021) for rtrain's MLP.
 //
 // The grid: tp × pp × dp = world ranks, rank = (d * pp + s) * tp + t (tensor-parallel
 // ranks next to each other, then stages, then replicas), each axis its own subgroup of
@@ -37,6 +37,7 @@
 #include <cstring>
 
 #include "device.hpp"
+#include "device_comm.hpp"
 #include "rkit/error.hpp"
 #include "strategy.hpp"
 
@@ -97,9 +98,6 @@ class ModelParallel : public Strategy {
         grid_(grid_of(name, setup.config, setup.comm.rank(), setup.comm.world())),
         slots_(layer_slots(setup.config.layers)),
         tracer_(setup.tracer) {
-    if (config_.device != "cpu")
-      throw Error(Exit::Usage, fmt::format("--strategy {} runs on --device cpu only for now", name),
-                  "use --strategy dp on a GPU");
     const std::vector<std::size_t> cut = pipeline_cut(slots_, grid_.pp);
     first_ = cut[static_cast<std::size_t>(grid_.s)];
     last_ = cut[static_cast<std::size_t>(grid_.s) + 1];
@@ -116,9 +114,10 @@ class ModelParallel : public Strategy {
     slots_held_ = gpipe_ ? micro_ : std::min<std::size_t>(micro_, static_cast<std::size_t>(grid_.pp - grid_.s));
     allocate();
 
-    tp_ = comm_.subgroup(members(grid_, 't'), fmt::format("tp-d{}-s{}", grid_.d, grid_.s));
-    pp_ = comm_.subgroup(members(grid_, 's'), fmt::format("pp-d{}-t{}", grid_.d, grid_.t));
-    dp_ = comm_.subgroup(members(grid_, 'd'), fmt::format("dp-s{}-t{}", grid_.s, grid_.t));
+    world_ = dev_.collectives(comm_);
+    tp_ = world_->subgroup(members(grid_, 't'), fmt::format("tp-d{}-s{}", grid_.d, grid_.s));
+    pp_ = world_->subgroup(members(grid_, 's'), fmt::format("pp-d{}-t{}", grid_.d, grid_.t));
+    dp_ = world_->subgroup(members(grid_, 'd'), fmt::format("dp-s{}-t{}", grid_.s, grid_.t));
     if (tracer_) {
       tracer_->name_thread(2, "tensor-parallel collectives");
       tracer_->name_thread(3, "data-parallel collectives");
@@ -132,7 +131,7 @@ class ModelParallel : public Strategy {
   ~ModelParallel() override {
     dp_->drain();  // an error between a layer's all-reduce and its wait
     tp_->drain();
-    pp_->drain();
+    pp_->drain();  // the transfers still in flight
   }
 
   DataShard data_shard() const override { return {grid_.d, grid_.dp}; }
@@ -148,10 +147,10 @@ class ModelParallel : public Strategy {
   }
 
   void load_state(const float* params, const float* exp_avg, const float* exp_avg_sq) override {
-    for (const Local& L : local_) {
-      take(L, params, params_);
-      take(L, exp_avg, exp_avg_);
-      take(L, exp_avg_sq, exp_avg_sq_);
+    std::vector<float> local(count_);
+    for (auto [whole, dst] : {std::pair{params, params_}, {exp_avg, exp_avg_}, {exp_avg_sq, exp_avg_sq_}}) {
+      for (const Local& L : local_) take(L, whole, local.data());
+      dev_.copy_in(dst, local.data(), count_ * sizeof(float));
     }
   }
 
@@ -159,10 +158,11 @@ class ModelParallel : public Strategy {
   // rank: x + 0 is x, so the whole arrives exact.
   void gather_state(bool moments, float* params, float* exp_avg, float* exp_avg_sq) override {
     const std::size_t n = parameter_count(slots_);
-    std::vector<float> whole(n);
-    const auto one = [&](const float* local, float* out) {
+    std::vector<float> whole(n), local(count_);
+    const auto one = [&](const float* mine, float* out) {
+      dev_.copy_out(local.data(), mine, count_ * sizeof(float));
       std::fill(whole.begin(), whole.end(), 0.0f);
-      for (const Local& L : local_) put(L, local, whole.data());
+      for (const Local& L : local_) put(L, local.data(), whole.data());
       comm_.allreduce_sum(whole.data(), n);
       if (out) std::memcpy(out, whole.data(), n * sizeof(float));
     };
@@ -183,7 +183,7 @@ class ModelParallel : public Strategy {
     if (grid_.pp > 1) {  // the stages start together: one's late data is no bubble of the other's
       const auto slice = trace("wait stages", "wait");
       const auto t = Clock::now();
-      pp_->barrier();
+      pp_->host().barrier();
       exposed_ += since(t);
     }
     const auto t0 = Clock::now();
@@ -197,17 +197,17 @@ class ModelParallel : public Strategy {
       else
         backward_micro(i);
     }
-    for (Transfer& t : sends_) t.wait();  // the last ones: delivered before the flush
+    for (DeviceComm::Ticket& t : sends_) wait_transfer(t);  // the last ones: delivered before the flush
     if (grid_.pp > 1) {
       const auto slice = trace("pipeline flush", "bubble");
       const auto t1 = Clock::now();
-      pp_->barrier();
+      pp_->host().barrier();
       bubble_ += since(t1);
     }
     pipeline_s_ = grid_.pp > 1 ? since(t0) : 0.0;
     {
       const auto slice = trace("wait gradients", "wait");
-      for (Communicator::Ticket t : reduced_) exposed_ += dp_->wait_for(t);
+      for (DeviceComm::Ticket t : reduced_) exposed_ += dp_->wait_for(t);
     }
     return loss_sum_;
   }
@@ -249,10 +249,10 @@ class ModelParallel : public Strategy {
     for (std::size_t off = 0; off < rows; off += step) {
       const std::size_t n = std::min(step, rows - off);
       const float* x = input_ + off * slots_.front().in;
-      if (grid_.s > 0) pp_->recv(grid_.s - 1, in_[0], n * slots_[first_].in).wait();
+      if (grid_.s > 0) pp_->wait_for(pp_->recv(grid_.s - 1, in_[0], n * slots_[first_].in));
       const float* out = run_forward(0, n, grid_.s > 0 ? in_[0] : x);
       if (grid_.s < grid_.pp - 1) {
-        pp_->send(grid_.s + 1, out, n * slots_[last_ - 1].out).wait();
+        pp_->wait_for(pp_->send(grid_.s + 1, out, n * slots_[last_ - 1].out));
         continue;
       }
       const std::size_t k = config_.outputs();
@@ -372,7 +372,7 @@ class ModelParallel : public Strategy {
     const float* x = input_ + off * slots_.front().in;
     if (grid_.s > 0) {
       const auto slice = trace("wait activations", "bubble");
-      bubble_ += activations_[h].wait();
+      bubble_ += wait_transfer(activations_[h]);
       x = in_[h];
     }
     wait_send(h, 0);  // the slot's output from its last micro-batch has left
@@ -396,7 +396,7 @@ class ModelParallel : public Strategy {
     const bool last_micro = i + 1 == micro_;
     if (grid_.s < grid_.pp - 1) {
       const auto slice = trace("wait gradients", "bubble");
-      bubble_ += gradients_[h].wait();
+      bubble_ += wait_transfer(gradients_[h]);
     }
     float* cur = dout_[h];  // dL/d(output), made dL/dz in place, then dL/d(input) in back_ in turn
     int which = 0;
@@ -406,8 +406,7 @@ class ModelParallel : public Strategy {
       float* g = grads_ + L.offset;
       const float beta = i == 0 ? 0.0f : 1.0f;  // the micro-batches' gradients add up
       dev_.bias_act_backward(activation(L), rows, L.out, z_[h][k], cur, cur, dbias_);
-      float* gb = g + L.in * L.out;
-      for (std::size_t j = 0; j < L.out; ++j) gb[j] = beta * gb[j] + dbias_[j];
+      dev_.scale_add(L.out, beta, g + L.in * L.out, dbias_);
       const float* x = k > 0 ? a_[h][k - 1] : grid_.s > 0 ? in_[h] : input_ + off * slots_.front().in;
       dev_.gemm(true, false, static_cast<int>(L.out), static_cast<int>(L.in), r, 1.0f, cur, static_cast<int>(L.out), x,
                 static_cast<int>(L.in), beta, g, static_cast<int>(L.in));
@@ -443,8 +442,12 @@ class ModelParallel : public Strategy {
   }
 
   void wait_send(std::size_t h, int which) {
-    Transfer& t = sends_[2 * h + static_cast<std::size_t>(which)];
-    if (t.pending()) bubble_ += t.wait();
+    bubble_ += wait_transfer(sends_[2 * h + static_cast<std::size_t>(which)]);
+  }
+  double wait_transfer(DeviceComm::Ticket& t) {
+    const double s = pp_->wait_for(t);
+    t = 0;
+    return s;
   }
 
   kernels::Activation activation(const Local& L) const {
@@ -452,7 +455,7 @@ class ModelParallel : public Strategy {
   }
 
   CommCounters counters() const {
-    CommCounters c = comm_.counters();
+    CommCounters c = world_->counters();
     c += tp_->counters();
     c += pp_->counters();
     c += dp_->counters();
@@ -464,7 +467,8 @@ class ModelParallel : public Strategy {
   }
 
   // --- whole ↔ local ----------------------------------------------------------------------
-  // Layer L's piece of the whole flat array (null: zeros) into this rank's buffer.
+  // Layer L's piece of the whole flat array (null: zeros) into this rank's flat buffer
+  // (host memory both).
   void take(const Local& L, const float* whole, float* local) const {
     float* dst = local + L.offset;
     if (!whole) {
@@ -496,13 +500,13 @@ class ModelParallel : public Strategy {
     }
   }
 
-  Communicator& comm_;
+  Communicator& comm_;  // the gradient norm's sum and the checkpoint's gather, on the host
   Device& dev_;
   const TrainConfig& config_;
   Grid grid_;
   std::vector<LayerSlot> slots_;
   Tracer* tracer_ = nullptr;
-  std::unique_ptr<Communicator> tp_, pp_, dp_;
+  std::unique_ptr<DeviceComm> world_, tp_, pp_, dp_;
   std::size_t first_ = 0, last_ = 0;  // the stage's layers
   std::vector<Local> local_;
   std::size_t count_ = 0, rows_ = 0, rows_now_ = 0, micro_ = 1, slots_held_ = 1, buffer_floats_ = 0;
@@ -513,9 +517,9 @@ class ModelParallel : public Strategy {
   std::vector<std::vector<float*>> z_, a_;  // by slot, by local layer
   std::vector<float*> in_, dx_, dout_;      // by slot: the stage's input, its gradient, the output's gradient
   float* back_[2] = {nullptr, nullptr};
-  std::vector<Transfer> sends_;                    // by slot: the output's send, the input gradient's
-  std::vector<Transfer> activations_, gradients_;  // by slot: the receives posted ahead
-  std::vector<Communicator::Ticket> reduced_;      // by local layer: its gradients' all-reduce over the replicas
+  std::vector<DeviceComm::Ticket> sends_;                    // by slot: the output's send, the input gradient's
+  std::vector<DeviceComm::Ticket> activations_, gradients_;  // by slot: the receives posted ahead
+  std::vector<DeviceComm::Ticket> reduced_;  // by local layer: its gradients' all-reduce over the replicas
   float loss_scale_ = 1;
   double loss_sum_ = 0, exposed_ = 0, bubble_ = 0, pipeline_s_ = 0;
   CommCounters start_;

@@ -1,5 +1,6 @@
 // ZeRO stages 1, 2 and 3 (strategy.hpp; Rajbhandari et al., "ZeRO: Memory Optimizations
-// Toward Training Trillion Parameter Models", 2020), on the CPU over the communicator.
+// Toward Training Trillion Parameter Models", 2020), over the device's collectives (Gloo
+// on the CPU, NCCL on a GPU: device_comm.hpp).
 // Each layer's block is cut in equal shards, one a rank (ShardLayout); rank r keeps and
 // updates AdamW's moments of its shard only (stage 1), and its shard of the gradients
 // (stage 2), and of the parameters (stage 3):
@@ -26,6 +27,7 @@
 #include <cstring>
 
 #include "device.hpp"
+#include "device_comm.hpp"
 #include "rkit/error.hpp"
 #include "strategy.hpp"
 
@@ -38,13 +40,11 @@ class Zero : public Strategy, private LayerStore {
       : stage_(stage),
         comm_(s.comm),
         dev_(s.dev),
+        coll_(s.dev.collectives(s.comm)),
         net_(s.dev, s.config.layers, s.config.activation, s.config.loss, s.config.batch_size, /*own_state=*/false),
         layout_(net_.slots(), static_cast<unsigned>(s.comm.world())),
         rank_(static_cast<std::size_t>(s.comm.rank())),
         world_(static_cast<std::size_t>(s.comm.world())) {
-    if (s.config.device != "cpu")
-      throw Error(Exit::Usage, fmt::format("--strategy zero{} runs on --device cpu only for now", stage),
-                  "use --strategy dp on a GPU");
     const std::size_t shards = layout_.shard_total, whole = layout_.padded_total, widest = layout_.widest_padded;
     if (stage_ < 3)
       params_ = dev_.alloc(whole);
@@ -72,7 +72,7 @@ class Zero : public Strategy, private LayerStore {
 
   // An error can leave gathers and reduce-scatters in flight on this rank's buffers
   // (the next forward pass waits for the parameters' only as it reaches them).
-  ~Zero() override { comm_.drain(); }
+  ~Zero() override { coll_->drain(); }
 
   DataShard data_shard() const override { return {comm_.rank(), comm_.world()}; }
   void upload_batch(const float* x, const float* y, const std::int32_t* labels, std::size_t rows) override {
@@ -81,39 +81,40 @@ class Zero : public Strategy, private LayerStore {
 
   void load_state(const float* params, const float* exp_avg, const float* exp_avg_sq) override {
     wait_params();
+    std::vector<float> host(layout_.widest_padded);
     for (std::size_t l = 0; l < layout_.layers.size(); ++l) {
       const ShardLayout::Layer& L = layout_.layers[l];
       if (stage_ < 3) {
-        float* dst = params_ + L.padded;
-        std::memcpy(dst, params + L.unpadded, L.count * sizeof(float));
-        std::fill(dst + L.count, dst + L.shard * world_, 0.0f);
+        std::fill(std::copy_n(params + L.unpadded, L.count, host.begin()), host.begin() + L.shard * world_, 0.0f);
+        dev_.copy_in(params_ + L.padded, host.data(), L.shard * world_ * sizeof(float));
       } else {
-        take_shard(L, params, param_shard_ + L.sharded);
+        take_shard(L, params, host.data(), param_shard_ + L.sharded);
       }
-      take_shard(L, exp_avg, exp_avg_ + L.sharded);
-      take_shard(L, exp_avg_sq, exp_avg_sq_ + L.sharded);
+      take_shard(L, exp_avg, host.data(), exp_avg_ + L.sharded);
+      take_shard(L, exp_avg_sq, host.data(), exp_avg_sq_ + L.sharded);
     }
   }
 
   void gather_state(bool moments, float* params, float* exp_avg, float* exp_avg_sq) override {
     wait_params();
-    std::vector<float> whole(layout_.widest_padded);
+    // Between steps, the whole gradients (stage 1) or a staging buffer (2, 3) are free.
+    float* whole = stage_ == 1 ? grads_ : staging_[0];
     for (std::size_t l = 0; l < layout_.layers.size(); ++l) {
       const ShardLayout::Layer& L = layout_.layers[l];
       if (stage_ < 3) {
-        if (params) std::memcpy(params + L.unpadded, params_ + L.padded, L.count * sizeof(float));
+        if (params) dev_.copy_out(params + L.unpadded, params_ + L.padded, L.count * sizeof(float));
       } else {
-        gather_layer(L, param_shard_ + L.sharded, whole.data(), params);
+        gather_layer(L, param_shard_ + L.sharded, whole, params);
       }
       if (moments) {
-        gather_layer(L, exp_avg_ + L.sharded, whole.data(), exp_avg);
-        gather_layer(L, exp_avg_sq_ + L.sharded, whole.data(), exp_avg_sq);
+        gather_layer(L, exp_avg_ + L.sharded, whole, exp_avg);
+        gather_layer(L, exp_avg_sq_ + L.sharded, whole, exp_avg_sq);
       }
     }
   }
 
   void begin_step() override {
-    start_ = comm_.counters();
+    start_ = coll_->counters();
     exposed_ = 0;
     if (stage_ == 3) plan_gathers(/*backward=*/true);
   }
@@ -124,15 +125,10 @@ class Zero : public Strategy, private LayerStore {
     const double sum = net_.forward_backward(rows, loss_scale, [&](std::size_t l) {
       const ShardLayout::Layer& L = layout_.layers[l];
       const std::string what = fmt::format("layer {} gradients", l);
-      if (stage_ == 1) {
-        scattered_[l] = comm_.start_reduce_scatter(grads_ + L.padded, L.shard, scale, nullptr, what);
-        return;
-      }
-      const float* mine = current_staging_ + rank_ * L.shard;
-      float* keep = grad_shard_ + L.sharded;
-      scattered_[l] = comm_.start_reduce_scatter(
-          current_staging_, L.shard, scale, [mine, keep, n = L.shard] { std::memcpy(keep, mine, n * sizeof(float)); },
-          what);
+      if (stage_ == 1)
+        scattered_[l] = coll_->start_reduce_scatter(grads_ + L.padded, L.shard, scale, grad_block(L), what);
+      else
+        scattered_[l] = coll_->start_reduce_scatter(current_staging_, L.shard, scale, grad_block(L), what);
     });
     if (!scattered_.empty()) exposed_ += wait(scattered_.front(), "wait gradients");  // layer 0's, the last queued
     return sum;
@@ -153,13 +149,13 @@ class Zero : public Strategy, private LayerStore {
       const ShardLayout::Layer& L = layout_.layers[l];
       dev_.adamw(L.shard, param_block(L), grad_block(L), exp_avg_ + L.sharded, exp_avg_sq_ + L.sharded, s);
       if (stage_ < 3)  // the next forward pass waits for layer l's only when it reaches it
-        params_ready_[l] = comm_.start_allgather(params_ + L.padded, L.shard, fmt::format("layer {} parameters", l));
+        params_ready_[l] = coll_->start_allgather(params_ + L.padded, L.shard, fmt::format("layer {} parameters", l));
     }
   }
 
   StepComm end_step() override {
     StepComm c;
-    c.sent = comm_.counters() - start_;
+    c.sent = coll_->counters() - start_;
     c.comm_s = c.sent.busy_s;
     c.exposed_s = exposed_;
     return c;
@@ -202,7 +198,7 @@ class Zero : public Strategy, private LayerStore {
     // Staging buffer k % 2, last used by the layer two before this one in the backward pass.
     if (k >= 2) exposed_ += wait(scattered_[l + 2], "wait staging buffer");
     current_staging_ = staging_[k % 2];
-    std::fill(current_staging_ + L.count, current_staging_ + L.shard * world_, 0.0f);  // the pad sums to zero
+    dev_.fill_zero(current_staging_ + L.count, L.shard * world_ - L.count);  // the pad sums to zero
     return current_staging_;
   }
 
@@ -221,8 +217,8 @@ class Zero : public Strategy, private LayerStore {
   void start_gather(std::size_t i) {
     const ShardLayout::Layer& L = layout_.layers[schedule_[i]];
     float* buf = gathered_[i % 2];
-    std::memcpy(buf + rank_ * L.shard, param_shard_ + L.sharded, L.shard * sizeof(float));
-    tickets_[i] = comm_.start_allgather(buf, L.shard, fmt::format("layer {} parameters", schedule_[i]));
+    dev_.copy(buf + rank_ * L.shard, param_shard_ + L.sharded, L.shard * sizeof(float));
+    tickets_[i] = coll_->start_allgather(buf, L.shard, fmt::format("layer {} parameters", schedule_[i]));
   }
   // The next entry's parameters, once gathered; the one after it is started meanwhile.
   float* next_gathered() {
@@ -234,19 +230,21 @@ class Zero : public Strategy, private LayerStore {
   }
 
   // --- shards ----------------------------------------------------------------------------
-  // This rank's shard of the whole flat array `whole` (null: zeros) into `dst`.
-  void take_shard(const ShardLayout::Layer& L, const float* whole, float* dst) const {
+  // This rank's shard of the whole flat array `whole` (null: zeros) into `dst` on the
+  // device, through `host` (a shard's floats at least).
+  void take_shard(const ShardLayout::Layer& L, const float* whole, float* host, float* dst) {
     for (std::size_t i = 0; i < L.shard; ++i) {
       const std::size_t j = rank_ * L.shard + i;
-      dst[i] = whole && j < L.count ? whole[L.unpadded + j] : 0.0f;
+      host[i] = whole && j < L.count ? whole[L.unpadded + j] : 0.0f;
     }
+    dev_.copy_in(dst, host, L.shard * sizeof(float));
   }
-  // Collective: every rank's shard `mine` of layer L gathered in `buf`; into `out` (the
-  // flat layout) when not null.
+  // Collective: every rank's shard `mine` of layer L gathered in `buf` (device memory);
+  // into `out` (the flat layout, host memory) when not null.
   void gather_layer(const ShardLayout::Layer& L, const float* mine, float* buf, float* out) {
-    std::memcpy(buf + rank_ * L.shard, mine, L.shard * sizeof(float));
-    comm_.wait_for(comm_.start_allgather(buf, L.shard, "checkpoint state"));
-    if (out) std::memcpy(out + L.unpadded, buf, L.count * sizeof(float));
+    dev_.copy(buf + rank_ * L.shard, mine, L.shard * sizeof(float));
+    coll_->wait_for(coll_->start_allgather(buf, L.shard, "checkpoint state"));
+    if (out) dev_.copy_out(out + L.unpadded, buf, L.count * sizeof(float));
   }
   float* param_block(const ShardLayout::Layer& L) {
     return stage_ < 3 ? params_ + L.padded + rank_ * L.shard : param_shard_ + L.sharded;
@@ -255,21 +253,22 @@ class Zero : public Strategy, private LayerStore {
     return stage_ == 1 ? grads_ + L.padded + rank_ * L.shard : grad_shard_ + L.sharded;
   }
   // Waits for a queued collective: the time it blocked, a slice of the trace.
-  double wait(Communicator::Ticket t, const char* what) {
+  double wait(DeviceComm::Ticket t, const char* what) {
     if (t == 0) return 0;
     const auto slice = tracer_ ? tracer_->slice(what, "wait") : Tracer::Slice();
-    return comm_.wait_for(t);
+    return coll_->wait_for(t);
   }
   void wait_params() {
-    for (Communicator::Ticket& t : params_ready_) {
-      comm_.wait_for(t);
+    for (DeviceComm::Ticket& t : params_ready_) {
+      coll_->wait_for(t);
       t = 0;
     }
   }
 
   int stage_;
-  Communicator& comm_;
+  Communicator& comm_;  // the gradient norm's sum, on the host
   Device& dev_;
+  std::unique_ptr<DeviceComm> coll_;
   Mlp net_;
   ShardLayout layout_;
   std::size_t rank_, world_;
@@ -279,7 +278,7 @@ class Zero : public Strategy, private LayerStore {
   float* gathered_[2] = {nullptr, nullptr};  // stage 3: parameters gathered ahead of use
   float* current_staging_ = nullptr;
   const float* backward_params_ = nullptr;
-  std::vector<Communicator::Ticket> params_ready_, scattered_, tickets_;
+  std::vector<DeviceComm::Ticket> params_ready_, scattered_, tickets_;
   std::vector<std::size_t> schedule_;
   std::size_t cursor_ = 0, backward_index_ = 0;
   CommCounters start_;
