@@ -24,7 +24,7 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
+#include <vector>
 
 #include "device.hpp"
 #include "device_comm.hpp"
@@ -125,10 +125,8 @@ class Zero : public Strategy, private LayerStore {
     const double sum = net_.forward_backward(rows, loss_scale, [&](std::size_t l) {
       const ShardLayout::Layer& L = layout_.layers[l];
       const std::string what = fmt::format("layer {} gradients", l);
-      if (stage_ == 1)
-        scattered_[l] = coll_->start_reduce_scatter(grads_ + L.padded, L.shard, scale, grad_block(L), what);
-      else
-        scattered_[l] = coll_->start_reduce_scatter(current_staging_, L.shard, scale, grad_block(L), what);
+      float* made = stage_ == 1 ? grads_ + L.padded : current_staging_;  // the layer's whole gradients
+      scattered_[l] = coll_->start_reduce_scatter(made, L.shard, scale, grad_block(L), what);
     });
     if (!scattered_.empty()) exposed_ += wait(scattered_.front(), "wait gradients");  // layer 0's, the last queued
     return sum;
